@@ -317,13 +317,16 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
         }
         let mut raw = [0u64; MAX_WORDS];
         raw[0] = w0;
-        for i in 1..self.words {
-            raw[i] = slot[i].load(Relaxed);
+        for (r, w) in raw.iter_mut().zip(slot).take(self.words).skip(1) {
+            *r = w.load(Relaxed);
         }
-        for i in 1..self.key_words {
-            if (raw[i] ^ p.words[i]) & self.key_mask[i] != 0 {
-                return None;
-            }
+        let key_ok = raw[1..self.key_words]
+            .iter()
+            .zip(&p.words[1..self.key_words])
+            .zip(&self.key_mask[1..self.key_words])
+            .all(|((r, w), m)| (r ^ w) & m == 0);
+        if !key_ok {
+            return None;
         }
         Some(raw)
     }

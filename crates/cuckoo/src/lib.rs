@@ -380,9 +380,21 @@ impl<L: Layout> Writer<L> {
         self.table.retain_range(start, count, keep)
     }
 
+    /// Entries moved along cuckoo paths by this writer so far, and the longest path executed.
+    pub fn displacements(&self) -> (u64, usize) {
+        (self.search.moves, self.search.longest)
+    }
+
     /// Number of buckets (the unit of [`retain_range`](Self::retain_range)).
     pub fn buckets(&self) -> usize {
         self.table.n_buckets()
+    }
+
+    /// The two candidate buckets of `key` (for tests that construct collisions); `None` if the key
+    /// does not fit the layout.
+    #[doc(hidden)]
+    pub fn candidate_buckets(&self, key: L::Key) -> Option<(usize, usize)> {
+        self.table.candidate_buckets(&key)
     }
 
     /// A new reader handle.

@@ -80,6 +80,10 @@ struct Node {
 pub(crate) struct Search {
     queue: Vec<Node>,
     path: Vec<(u64, usize)>,
+    /// Entries moved along cuckoo paths so far (writer-local statistic).
+    pub(crate) moves: u64,
+    /// Longest cuckoo path executed so far.
+    pub(crate) longest: usize,
 }
 
 impl Search {
@@ -87,6 +91,8 @@ impl Search {
         Search {
             queue: Vec::with_capacity(max_nodes),
             path: Vec::with_capacity(max_depth + 2),
+            moves: 0,
+            longest: 0,
         }
     }
 }
@@ -103,7 +109,11 @@ impl<L: Layout> RawTable<L> {
                     capacity: cfg.capacity,
                 })?;
         let words = sync::alloc_words(n_words, cfg.pages)?;
-        let stripes = cfg.stripes.next_power_of_two().max(1);
+        // More counters than buckets would only cost memory.
+        let stripes = cfg
+            .stripes
+            .next_power_of_two()
+            .min(prev_power_of_two(n_buckets as usize));
         let versions = sync::alloc_counters(stripes);
         Ok(RawTable {
             layout,
@@ -446,6 +456,9 @@ impl<L: Layout> RawTable<L> {
             self.store_slot(from_b, from_s, &[0u64; MAX_WORDS][..self.stride]);
             self.unlock(from_b, to_b, old);
         }
+        let moved = search.path.len() - 1;
+        search.moves += moved as u64;
+        search.longest = search.longest.max(moved);
         Ok(*search.path.last().expect("path has a root"))
     }
 
@@ -534,9 +547,19 @@ impl<L: Layout> RawTable<L> {
         b
     }
 
+    pub(crate) fn candidate_buckets(&self, key: &L::Key) -> Option<(usize, usize)> {
+        let p = self.probe(key)?;
+        let (b1, b2) = self.buckets(L::probe_hash(&p));
+        Some((b1 as usize, b2 as usize))
+    }
+
     pub(crate) fn n_buckets(&self) -> usize {
         self.n_buckets as usize
     }
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
 }
 
 pub(crate) type Shared<L> = sync::Arc<RawTable<L>>;
