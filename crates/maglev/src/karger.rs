@@ -3,7 +3,9 @@
 //! Each backend places `vnodes` points on a 64-bit ring; a position belongs to the first point at
 //! or after it (wrapping). The paper sets "the number of views to be 1000"; we read that as 1000
 //! virtual nodes per backend (the knob of a ring that trades memory for balance) and default to it.
-//! With weights, backend `i` gets `⌈vnodes · w_i / max w⌉` points.
+//! With weights, backend `i` gets `vnodes · w_i` points (a backend's point count depends on its own
+//! weight only, so removing a backend never moves the others' points; weights are meant to be small
+//! integers here, and the ring is capped at 2^28 points).
 //!
 //! The ring is turned into the same kind of `M`-slot table as Maglev's: slot `j` is the ring owner
 //! of position `⌊j · 2^64 / M⌋`, i.e. the table is the ring sampled at `M` evenly spaced points, so
@@ -19,7 +21,7 @@ use crate::{Backend, Config, Error};
 
 const TAG_RING: u64 = 0x6b61_7267_6572_7269; // "kargerri"
 
-/// Ring consistent hashing with `vnodes` virtual nodes per (maximum-weight) backend.
+/// Ring consistent hashing with `vnodes` virtual nodes per unit of weight.
 #[derive(Clone, Copy, Debug)]
 pub struct Karger {
     pub vnodes: u32,
@@ -62,16 +64,10 @@ impl Method for Karger {
 
     fn prepare(&self, cfg: &Config, backends: &[Backend]) -> Result<KargerPrepared, Error> {
         let canonical = Canonical::new(cfg, backends)?;
-        let max_w = canonical
-            .backends()
-            .iter()
-            .map(|b| b.weight)
-            .max()
-            .unwrap_or(1) as u64;
         let per: Vec<u64> = canonical
             .backends()
             .iter()
-            .map(|b| (self.vnodes as u64 * b.weight as u64).div_ceil(max_w))
+            .map(|b| self.vnodes as u64 * b.weight as u64)
             .collect();
         let total: u64 = per.iter().sum();
         if self.vnodes == 0 || total > MAX_POINTS {
@@ -174,6 +170,6 @@ mod tests {
         let cfg = Config::new(101, 3).unwrap();
         let bs = [Backend::weighted("a", 4), Backend::weighted("b", 1)];
         let p = Karger { vnodes: 10 }.prepare(&cfg, &bs).unwrap();
-        assert_eq!(p.ring_len(), 10 + 3);
+        assert_eq!(p.ring_len(), 40 + 10);
     }
 }
