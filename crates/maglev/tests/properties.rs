@@ -47,7 +47,8 @@ fn model(m: u32, perms: &[Permutation], weights: &[u32]) -> Vec<u16> {
     }
 }
 
-/// Pseudocode 1 line by line (equal weights).
+/// Pseudocode 1 line by line (equal weights), indices and all.
+#[allow(clippy::needless_range_loop)]
 fn round_robin_model(m: u32, perms: &[Permutation]) -> Vec<u16> {
     let n = perms.len();
     let perm = |i: usize, j: usize| {
