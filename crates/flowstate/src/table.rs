@@ -610,17 +610,13 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     }
 
     /// Stage 4 for an entry that must continue in the next pass: count it in SWAPPING and spawn its
-    /// SWAP packet, or evict it if its chain is at the limit.
+    /// SWAP packet into `step`, or evict it into `step` if its chain is at the limit.
     #[inline]
-    fn spawn(
-        &mut self,
-        e: Entry<K, V>,
-        hops: u16,
-        at: u64,
-    ) -> (Option<SwapPacket<K, V>>, Option<Entry<K, V>>) {
+    fn spawn<R>(&mut self, e: Entry<K, V>, hops: u16, at: u64, step: &mut Step<R, K, V>) {
         if hops > self.max_swap_passes {
             self.stats.evictions += 1;
-            return (None, Some(e));
+            step.evicted = Some(e);
+            return;
         }
         let idx = self.indices(&e.key);
         let pass = self.pass32().wrapping_add(1);
@@ -628,16 +624,13 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         cell.count = cell.count.wrapping_add(1);
         cell.deadline = pass;
         self.stats.swaps += 1;
-        (
-            Some(SwapPacket {
-                entry: e,
-                at,
-                idx,
-                hops,
-                due: pass,
-            }),
-            None,
-        )
+        step.spawned = Some(SwapPacket {
+            entry: e,
+            at,
+            idx,
+            hops,
+            due: pass,
+        });
     }
 
     // ---- stages 6-7 ----------------------------------------------------------------------------
@@ -734,9 +727,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
                     *c = c.wrapping_add(1);
                 }
                 if let Some(e) = displaced {
-                    let (s, ev) = self.spawn(e, 1, p.at);
-                    step.spawned = s;
-                    step.evicted = ev;
+                    self.spawn(e, 1, p.at, &mut step);
                 }
             }
             Op::New | Op::Lookup if found == Found::None => {
@@ -936,9 +927,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         *c = c.wrapping_add(1);
         // Stage 4: SWAPPING for the entry displaced in this pass.
         if let Some(d) = displaced {
-            let (sp, ev) = self.spawn(d, s.hops + 1, s.at);
-            step.spawned = sp;
-            step.evicted = ev;
+            self.spawn(d, s.hops + 1, s.at, &mut step);
         }
         step
     }
@@ -983,6 +972,12 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             }
         }
         None
+    }
+
+    /// The candidate slots of `key` in `t1` and `t2` (its two cuckoo buckets).
+    pub fn slots_of(&self, key: &K) -> (usize, usize) {
+        let i = self.indices(key);
+        (i.t1 as usize, i.t2 as usize)
     }
 
     /// SWAPPING − SWAPPED of `key`'s transient cell (entries in transit counted there).
