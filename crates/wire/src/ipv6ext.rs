@@ -438,7 +438,8 @@ pub struct ExtChain {
     /// Offset of the upper-layer header from the start of the walked bytes.
     pub offset: usize,
     /// The fragment header, if one was walked (including atomic fragments, see
-    /// [`Ipv6FragRepr::is_fragment`]).
+    /// [`Ipv6FragRepr::is_fragment`]). With several: a non-first one if any, else the first that
+    /// fragments, else the first atomic one.
     pub fragment: Option<Ipv6FragRepr>,
     /// Number of extension headers walked.
     pub count: u8,
@@ -467,7 +468,19 @@ pub fn walk(first: IpProtocol, bytes: &[u8]) -> Result<ExtChain> {
                 let f = Ipv6FragRepr::parse(&h)?;
                 off += FRAG_HEADER_LEN;
                 nh = f.next_header;
-                fragment = Some(f);
+                // With several fragment headers (pathological), keep the strongest claim:
+                // non-first fragment > first fragment > atomic. A later atomic header does not make
+                // a fragment whole again, and a non-first one means there is no transport header.
+                let rank = |f: &Ipv6FragRepr| {
+                    if f.frag_offset != 0 {
+                        2
+                    } else {
+                        f.more_frags as u8
+                    }
+                };
+                if fragment.as_ref().is_none_or(|old| rank(&f) > rank(old)) {
+                    fragment = Some(f);
+                }
                 if f.frag_offset != 0 {
                     count += 1;
                     break;
@@ -532,6 +545,31 @@ mod tests {
         let f = Ipv6FragHeader::new_checked(&b[24..]).unwrap();
         assert_eq!(Ipv6FragRepr::parse(&f).unwrap(), frag);
         assert_eq!(&b[24..32], &[6, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef]);
+    }
+
+    #[test]
+    fn a_later_atomic_fragment_header_does_not_unfragment() {
+        // Found by the etherparse_diff fuzz target: first fragment header M=1, then an atomic one.
+        let mut b = [0u8; 16];
+        Ipv6FragRepr {
+            next_header: IpProtocol::IPV6_FRAG,
+            frag_offset: 0,
+            more_frags: true,
+            ident: 1,
+        }
+        .emit(&mut b)
+        .unwrap();
+        Ipv6FragRepr {
+            next_header: IpProtocol::ICMP,
+            frag_offset: 0,
+            more_frags: false,
+            ident: 2,
+        }
+        .emit(&mut b[8..])
+        .unwrap();
+        let c = walk(IpProtocol::IPV6_FRAG, &b).unwrap();
+        assert_eq!(c.fragment.map(|f| (f.ident, f.more_frags)), Some((1, true)));
+        assert_eq!((c.protocol, c.offset, c.count), (IpProtocol::ICMP, 16, 2));
     }
 
     #[test]

@@ -402,6 +402,9 @@ fn judge(frame: &[u8]) -> Result<Verdict, String> {
                 Error::UnknownEthertype if !matches!(ep_net, Some(NetSlice::Ipv4(_)) | Some(NetSlice::Ipv6(_))) => {
                     Ok(Verdict::Documented("non-IP ethertype (etherparse accepts, summary rejects)"))
                 }
+                Error::UnknownEthertype if e.link_exts.iter().any(|x| matches!(x, LinkExtSlice::Macsec(_))) => {
+                    Ok(Verdict::Documented("MACsec (etherparse reads an unencrypted payload)"))
+                }
                 Error::UdpBadLength if matches!(&e.transport, Some(TransportSlice::Udp(u)) if u.length() == 0) => {
                     Ok(Verdict::Documented("UDP length 0 (etherparse: rest of payload; Linux drops)"))
                 }
@@ -428,6 +431,11 @@ fn judge(frame: &[u8]) -> Result<Verdict, String> {
             if v6_zero_len(frame, l3) {
                 return Ok(Verdict::Documented(
                     "IPv6 payload length 0 (etherparse: rest of slice)",
+                ));
+            }
+            if s.l4 == L4Kind::Icmpv4 && matches!(s.icmp_type, 13 | 14) && s.icmp_code == 0 {
+                return Ok(Verdict::Documented(
+                    "ICMP timestamp not 20 bytes (etherparse checks it)",
                 ));
             }
             Err(format!(
