@@ -33,13 +33,37 @@ pub enum Policy {
     Random,
 }
 
-/// Flowlet state kept per flow in the table (16 bytes).
+/// Flowlet state kept per flow in the table: 8 bytes, so a slot with a 5-tuple key is 32 bytes.
+/// The low 48 bits hold the arrival time of the flow's last packet modulo 2^48 ns (78 hours; gaps are
+/// computed modulo 2^48, so the clock may wrap), the high 16 bits the flowlet's output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowletState {
-    /// Arrival time (ns) of the flow's last packet.
-    pub last_ns: u64,
+pub struct FlowletState(u64);
+
+const TIME_MASK: u64 = (1 << 48) - 1;
+
+impl FlowletState {
+    /// A state for output `output` whose last packet arrived at `last_ns`.
+    pub fn new(last_ns: u64, output: u16) -> Self {
+        FlowletState((last_ns & TIME_MASK) | (output as u64) << 48)
+    }
     /// The flowlet's output.
-    pub output: u16,
+    pub fn output(&self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+    /// Arrival time of the last packet, modulo 2^48 ns.
+    pub fn last_ns(&self) -> u64 {
+        self.0 & TIME_MASK
+    }
+    /// Time since the last packet for a packet arriving at `ts_ns` (0 if it is older, as can happen
+    /// with weak consistency).
+    pub fn gap(&self, ts_ns: u64) -> u64 {
+        let d = ts_ns.wrapping_sub(self.0) & TIME_MASK;
+        if d >= 1 << 47 {
+            0
+        } else {
+            d
+        }
+    }
 }
 
 /// Per-packet data carried through the table.
@@ -164,10 +188,7 @@ impl<K> FlowFn<K> for FlowletFn {
         self.send(output, meta.len);
         self.counters.new_flowlets += 1;
         (
-            FlowletState {
-                last_ns: meta.ts_ns,
-                output,
-            },
+            FlowletState::new(meta.ts_ns, output),
             FlowletOut {
                 output,
                 event: FlowletEvent::NewFlowlet,
@@ -183,24 +204,22 @@ impl<K> FlowFn<K> for FlowletFn {
         meta: &PacketMeta,
         _now: u64,
     ) -> FlowletOut {
-        let event = if meta.ts_ns.saturating_sub(v.last_ns) > self.timeout_ns {
+        let gap = v.gap(meta.ts_ns);
+        let (output, event) = if gap > self.timeout_ns {
             let o = self.choose();
-            if o != v.output {
+            if o != v.output() {
                 self.counters.moved += 1;
             }
-            v.output = o;
             self.counters.gap_flowlets += 1;
-            FlowletEvent::GapFlowlet
+            (o, FlowletEvent::GapFlowlet)
         } else {
             self.counters.same_flowlet += 1;
-            FlowletEvent::SameFlowlet
+            (v.output(), FlowletEvent::SameFlowlet)
         };
-        v.last_ns = v.last_ns.max(meta.ts_ns);
-        self.send(v.output, meta.len);
-        FlowletOut {
-            output: v.output,
-            event,
-        }
+        let last = if gap > 0 { meta.ts_ns } else { v.last_ns() };
+        *v = FlowletState::new(last, output);
+        self.send(output, meta.len);
+        FlowletOut { output, event }
     }
 }
 
@@ -411,5 +430,24 @@ impl<K: FlowKey + Default> FlowletLb<K> {
     /// The engine (table inspection).
     pub fn engine(&self) -> &Engine<K, FlowletFn> {
         &self.engine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_packs_time_and_output_and_survives_clock_wrap() {
+        let s = FlowletState::new(1_000, 7);
+        assert_eq!((s.output(), s.last_ns()), (7, 1_000));
+        assert_eq!(s.gap(51_000), 50_000);
+        assert_eq!(s.gap(500), 0, "an older packet has no gap");
+        // Across the 2^48 ns wrap.
+        let near = (1u64 << 48) - 100;
+        let s = FlowletState::new(near, 65535);
+        assert_eq!(s.output(), 65535);
+        assert_eq!(s.gap((1u64 << 48) + 400), 500);
+        assert_eq!(core::mem::size_of::<FlowletState>(), 8);
     }
 }

@@ -9,6 +9,10 @@
 //! | `swapping` | `transient_cells` | `hts(key)` | SWAPPING (§3.6): entries that went into transit; plus the pass until which one of them may still land |
 //! | `ord` | `ordering_cells` | `hord(key)` | PACKET-COUNTER and NEXT-PACKET (§3.4); ORDERING is their difference, plus the pass in which the head of the cell was last seen |
 //!
+//! The three counter arrays are interleaved in memory (one 16-byte cell per index, see `Aux`), and
+//! when `transient_cells == ordering_cells` (the default) `hord = hts`, so a packet that misses
+//! finds all its counters in one cache line. Logically they stay separate registers.
+//!
 //! A slot's key and timestamp are one register group and its value another: as in the Tofino code,
 //! where the key, value and timestamp are separate registers, the key group is visited first (stages 1-2)
 //! and the value group last (stages 6-7), after the ordering decision. They share one memory slot only
@@ -109,34 +113,39 @@ pub struct Entry<K, V> {
     pub value: V,
 }
 
+/// One bucket of `t1` or `t2`. Aligned to 32 bytes so a slot never straddles two cache lines: a
+/// 16-byte key with an 8-byte value (the Flowlet state) fills exactly 32 bytes; larger entries round
+/// up to 64.
 #[derive(Clone, Copy)]
+#[repr(C, align(32))]
 struct Slot<K, V> {
     key: K,
     stamp: u64, // EMPTY: free
     value: V,
 }
 
-/// SWAPPING cell: entries of this cell that went into transit, and the pass in which the last of them
-/// lands or is lost.
+/// One cell of the per-flow counter arrays. SWAPPING (`swapping`, `deadline`), SWAPPED (`swapped`)
+/// and the ordering counters (`pc`, `next`, `stamp`) are separate registers — a packet accesses each at
+/// most once per pass, and a SWAP packet touches SWAPPED at one cell and SWAPPING at another — but
+/// they sit side by side in memory so a packet that misses finds all of them in one cache line.
+///
+/// * `swapping`: entries of this cell that went into transit (SWAPPING); `deadline`: the pass in which
+///   the last of them lands or is lost.
+/// * `swapped`: entries of this cell that landed or expired in transit (SWAPPED).
+/// * `pc` / `next`: PACKET-COUNTER and NEXT-PACKET; ORDERING (packets in flight) is `pc - next`;
+///   `stamp`: the pass in which the cell's head was last seen. 16-bit counters, as the P4 code.
 #[derive(Clone, Copy, Default)]
-#[repr(C)]
-struct SwappingCell {
-    count: u16,
-    _pad: u16,
+#[repr(C, align(16))]
+struct Aux {
+    swapping: u16,
+    swapped: u16,
     deadline: u32,
-}
-
-/// PACKET-COUNTER (`pc`) and NEXT-PACKET (`next`) of one ordering cell, and the pass in which its
-/// head was last seen. ORDERING (packets in flight) is `pc - next`. 16-bit counters, as the P4 code.
-#[derive(Clone, Copy, Default)]
-#[repr(C)]
-struct OrdCell {
     pc: u16,
     next: u16,
     stamp: u32,
 }
 
-const _: () = assert!(mem::size_of::<SwappingCell>() == 8 && mem::size_of::<OrdCell>() == 8);
+const _: () = assert!(mem::size_of::<Aux>() == 16);
 
 /// Most packets one ordering cell may have in flight (16-bit sequence numbers compared as `i16`).
 const MAX_IN_FLIGHT: u16 = 0x7fff;
@@ -371,9 +380,10 @@ pub enum Array {
 pub struct Table<K, V> {
     t1: Vec<Slot<K, V>>,
     t2: Vec<Slot<K, V>>,
-    swapped: Vec<u16>,
-    swapping: Vec<SwappingCell>,
-    ord: Vec<OrdCell>,
+    aux: Vec<Aux>,
+    n_tr: usize,
+    n_ord: usize,
+    same_aux_hash: bool,
     seed: u64,
     seed2: u64,
     seed_tr: u64,
@@ -411,9 +421,10 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         Ok(Table {
             t1: vec![empty; cfg.slots_per_array],
             t2: vec![empty; cfg.slots_per_array],
-            swapped: vec![0; cfg.transient_cells],
-            swapping: vec![SwappingCell::default(); cfg.transient_cells],
-            ord: vec![OrdCell::default(); cfg.ordering_cells],
+            aux: vec![Aux::default(); cfg.transient_cells.max(cfg.ordering_cells)],
+            n_tr: cfg.transient_cells,
+            n_ord: cfg.ordering_cells,
+            same_aux_hash: cfg.transient_cells == cfg.ordering_cells,
             seed: s,
             seed2: fp_hash::splitmix64(s ^ 0x7432),
             seed_tr: fp_hash::splitmix64(s ^ 0x7472),
@@ -462,11 +473,19 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     #[inline(always)]
     pub(crate) fn indices(&self, key: &K) -> Idx {
         let h = key.hash64(self.seed);
+        let tr = reduce32(fp_hash::hash_u64(self.seed_tr, h), self.n_tr);
         Idx {
             t1: reduce32(h, self.t1.len()),
             t2: reduce32(fp_hash::hash_u64(self.seed2, h), self.t2.len()),
-            tr: reduce32(fp_hash::hash_u64(self.seed_tr, h), self.swapped.len()),
-            ord: reduce32(fp_hash::hash_u64(self.seed_ord, h), self.ord.len()),
+            tr,
+            // With equal sizes the transient and ordering counters of a flow share a cell (and a
+            // cache line); flows that collide in one then collide in the other, which only makes
+            // the (already conservative) filters agree.
+            ord: if self.same_aux_hash {
+                tr
+            } else {
+                reduce32(fp_hash::hash_u64(self.seed_ord, h), self.n_ord)
+            },
         }
     }
 
@@ -492,16 +511,14 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     pub fn prefetch<M, O>(&self, p: &DataPacket<K, M, O>) {
         fp_hash::prefetch_read(&self.t1[p.idx.t1 as usize]);
         match p.op {
-            Op::New => {
+            Op::New | Op::Lookup => {
                 fp_hash::prefetch_read(&self.t2[p.idx.t2 as usize]);
-                fp_hash::prefetch_read(&self.swapped[p.idx.tr as usize]);
-                fp_hash::prefetch_read(&self.swapping[p.idx.tr as usize]);
+                fp_hash::prefetch_read(&self.aux[p.idx.tr as usize]);
             }
-            Op::Lookup => fp_hash::prefetch_read(&self.t2[p.idx.t2 as usize]),
             _ => {}
         }
-        if self.mode != Mode::Unordered {
-            fp_hash::prefetch_read(&self.ord[p.idx.ord as usize]);
+        if !self.same_aux_hash && self.mode != Mode::Unordered {
+            fp_hash::prefetch_read(&self.aux[p.idx.ord as usize]);
         }
     }
 
@@ -509,7 +526,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     #[inline(always)]
     pub fn prefetch_swap(&self, s: &SwapPacket<K, V>) {
         fp_hash::prefetch_read(&self.t1[s.idx.t1 as usize]);
-        fp_hash::prefetch_read(&self.swapped[s.idx.tr as usize]);
+        fp_hash::prefetch_read(&self.aux[s.idx.tr as usize]);
     }
 
     // ---- stages 1-2 ----------------------------------------------------------------------------
@@ -592,18 +609,18 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     #[inline(always)]
     fn transient(&mut self, tr: u32, claim: bool) -> bool {
         let pass = self.pass32();
-        let swapped = self.swapped[tr as usize];
-        let cell = &mut self.swapping[tr as usize];
-        if cell.count != swapped {
+        let swapped = self.aux[tr as usize].swapped;
+        let cell = &mut self.aux[tr as usize];
+        if cell.swapping != swapped {
             // Deadlines are set to the pass after the spawn, so a live one is `pass` or `pass + 1`.
             if cell.deadline.wrapping_sub(pass) <= 1 {
                 return true;
             }
-            cell.count = swapped;
+            cell.swapping = swapped;
             self.stats.transient_resets += 1;
         }
         if claim {
-            cell.count = cell.count.wrapping_add(1);
+            cell.swapping = cell.swapping.wrapping_add(1);
             cell.deadline = pass.wrapping_add(1);
         }
         false
@@ -620,8 +637,8 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         }
         let idx = self.indices(&e.key);
         let pass = self.pass32().wrapping_add(1);
-        let cell = &mut self.swapping[idx.tr as usize];
-        cell.count = cell.count.wrapping_add(1);
+        let cell = &mut self.aux[idx.tr as usize];
+        cell.swapping = cell.swapping.wrapping_add(1);
         cell.deadline = pass;
         self.stats.swaps += 1;
         step.spawned = Some(SwapPacket {
@@ -723,7 +740,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             Op::Insert => {
                 if !ordered {
                     // Release the claim this packet took when it decided to insert.
-                    let c = &mut self.swapped[p.idx.tr as usize];
+                    let c = &mut self.aux[p.idx.tr as usize].swapped;
                     *c = c.wrapping_add(1);
                 }
                 if let Some(e) = displaced {
@@ -785,7 +802,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     {
         let pass = self.pass32();
         let weak = self.mode == Mode::Weak;
-        let o = &mut self.ord[p.idx.ord as usize];
+        let o = &mut self.aux[p.idx.ord as usize];
         // A head not seen for two passes was lost: skip its number (see the module doc).
         let stale = pass.wrapping_sub(o.stamp) >= 2;
         match p.op {
@@ -923,7 +940,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             }
         }
         // Stage 3: SWAPPED (the paper's SWAPPED packet).
-        let c = &mut self.swapped[s.idx.tr as usize];
+        let c = &mut self.aux[s.idx.tr as usize].swapped;
         *c = c.wrapping_add(1);
         // Stage 4: SWAPPING for the entry displaced in this pass.
         if let Some(d) = displaced {
@@ -983,20 +1000,18 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     /// SWAPPING − SWAPPED of `key`'s transient cell (entries in transit counted there).
     pub fn transient_count(&self, key: &K) -> u16 {
         let tr = self.indices(key).tr as usize;
-        self.swapping[tr].count.wrapping_sub(self.swapped[tr])
+        self.aux[tr].swapping.wrapping_sub(self.aux[tr].swapped)
     }
 
     /// (PACKET-COUNTER, NEXT-PACKET) of `key`'s ordering cell.
     pub fn ordering_cell(&self, key: &K) -> (u16, u16) {
-        let o = self.ord[self.indices(key).ord as usize];
+        let o = self.aux[self.indices(key).ord as usize];
         (o.pc, o.next)
     }
 
     /// Bytes of table memory (both arrays and all counter arrays).
     pub fn memory_bytes(&self) -> usize {
         (self.t1.len() + self.t2.len()) * mem::size_of::<Slot<K, V>>()
-            + self.swapped.len() * 2
-            + self.swapping.len() * mem::size_of::<SwappingCell>()
-            + self.ord.len() * mem::size_of::<OrdCell>()
+            + self.aux.len() * mem::size_of::<Aux>()
     }
 }
