@@ -53,6 +53,15 @@ impl KargerPrepared {
     pub fn ring_len(&self) -> usize {
         self.points.len()
     }
+
+    /// Look a 64-bit position up on the ring directly (binary search, no table): the canonical
+    /// index of the first point at or after `pos`, wrapping. This is how a ring is used without a
+    /// lookup table; the benchmark compares its cost with a Maglev table lookup.
+    #[inline]
+    pub fn ring_lookup(&self, pos: u64) -> u16 {
+        let r = self.points.partition_point(|&p| p < pos);
+        self.owners[if r == self.points.len() { 0 } else { r }]
+    }
 }
 
 impl Method for Karger {
@@ -155,6 +164,7 @@ mod tests {
         let t = p.populate(&[true; 5]).unwrap();
         for (j, &e) in t.iter().enumerate() {
             let pos = (((j as u128) << 64) / 101) as u64;
+            assert_eq!(e, p.ring_lookup(pos), "slot {j}");
             let succ = p
                 .points
                 .iter()

@@ -36,8 +36,11 @@
 //!   is its exact proportional share, minus at most its share of `N` entries, plus at most one.
 //!   With `M ≥ 100·N` this is the paper's 1 % rule generalised to weights; tests assert it exactly.
 //!
-//! The weighted schedule is a binary heap keyed by `k_i / w_i` (compared as `k_i·w_j < k_j·w_i` in
-//! integers — no floating point, so it is portable), `O(log N)` per turn on top of the slot search.
+//! The weighted schedule needs no floating point (times are compared as `k_i·w_j < k_j·w_i` in
+//! integers), so it is portable. Because backend `i` has exactly `w_i` turns in every unit of
+//! virtual time (after dividing weights by their gcd), the order of turns within a unit repeats:
+//! it is sorted once and replayed, `O(1)` per turn (a heap covers extreme weight ratios; see
+//! `fill_weighted`).
 //! Alternative considered: per-round weighted credits (each round every backend earns `w_i` and
 //! spends `max w` per turn). It has the same balance, but its interleaving depends on the largest
 //! weight in the set, so removing the heaviest backend reshuffles everyone's turns.
@@ -45,9 +48,6 @@
 use crate::backend::{Canonical, MAX_BACKENDS};
 use crate::method::{Method, Prepared};
 use crate::{Backend, Config, Error};
-
-/// Marks an empty slot while populating. Never present in a finished table.
-pub(crate) const EMPTY: u16 = u16::MAX;
 
 /// Tags that derive the two independent name-hash seeds from the cluster seed.
 const TAG_OFFSET: u64 = 0x6d61_676c_6576_6f66; // "maglevof"
@@ -88,49 +88,128 @@ struct Cursor {
     id: u16,
 }
 
-/// Take one turn for `c`: find its most preferred empty slot, fill it, advance past it.
-#[inline(always)]
-fn take_turn(entry: &mut [u16], m: u32, c: &mut Cursor) {
-    let mut pos = c.pos;
-    // Terminates: `m` is prime, so the cursor walks a full cycle of all slots, and the caller only
-    // takes a turn while at least one slot is empty.
-    while entry[pos as usize] != EMPTY {
+/// The table being populated, with a bitmap of filled slots.
+///
+/// The search for a backend's next empty slot reads the bitmap (M/8 bytes: 8 KiB for M = 65537,
+/// 80 KiB for 655373, so it stays in L1/L2) instead of the `u16` entries (128 KiB / 1.3 MiB); the
+/// entries are only written. This is the hot loop of population: about `M·ln M` probes in all.
+struct Filler {
+    m: u32,
+    entry: Vec<u16>,
+    filled: Vec<u64>,
+}
+
+impl Filler {
+    fn new(m: u32) -> Filler {
+        Filler {
+            m,
+            entry: vec![0; m as usize],
+            filled: vec![0; (m as usize).div_ceil(64)],
+        }
+    }
+
+    /// Take one turn for `c`: find its most preferred empty slot, fill it, advance past it.
+    #[inline(always)]
+    fn take_turn(&mut self, c: &mut Cursor) {
+        let m = self.m;
+        let mut pos = c.pos;
+        // Terminates: `m` is prime, so the cursor walks a full cycle of all slots, and the caller
+        // only takes a turn while at least one slot is empty.
+        while self.filled[(pos >> 6) as usize] & (1 << (pos & 63)) != 0 {
+            pos += c.skip;
+            if pos >= m {
+                pos -= m;
+            }
+        }
+        self.filled[(pos >> 6) as usize] |= 1 << (pos & 63);
+        self.entry[pos as usize] = c.id;
         pos += c.skip;
         if pos >= m {
             pos -= m;
         }
+        c.pos = pos;
     }
-    entry[pos as usize] = c.id;
-    pos += c.skip;
-    if pos >= m {
-        pos -= m;
-    }
-    c.pos = pos;
 }
 
 /// Pseudocode 1 with equal weights: round robin over `cursors` until `m` slots are filled.
 fn fill_round_robin(m: u32, cursors: &mut [Cursor]) -> Vec<u16> {
-    let mut entry = vec![EMPTY; m as usize];
+    let mut f = Filler::new(m);
     let mut n = 0u32;
     'rounds: loop {
         for c in cursors.iter_mut() {
-            take_turn(&mut entry, m, c);
+            f.take_turn(c);
             n += 1;
             if n == m {
                 break 'rounds;
             }
         }
     }
-    entry
+    f.entry
 }
 
 /// Weighted turns: turn `k` of cursor `i` at virtual time `k / w_i`, ties by position in `cursors`.
+///
+/// Two exact implementations of the same schedule:
+///
+/// * **Repeating pattern** (the usual case). Divide the weights by their gcd (all times scale by the
+///   same factor, so the order is unchanged). In every unit interval `[r, r+1)` backend `i` then
+///   has exactly `w_i` turns, at `r + j/w_i` for `j < w_i`, so the order of turns inside an interval
+///   is the same for every `r`: sort the `W = Σ w_i` pairs `(j/w_i, i)` once and repeat that
+///   pattern. `O(W log W)` once, then `O(1)` per turn. Used when `W ≤ M`.
+/// * **Heap** keyed by each backend's next turn time (`O(log N)` per turn, branchy: about 5× the
+///   pattern's cost). Used for extreme weight ratios where the pattern would exceed the table.
 fn fill_weighted(m: u32, cursors: &mut [Cursor], weights: &[u32]) -> Vec<u16> {
     debug_assert_eq!(cursors.len(), weights.len());
+    let g = weights.iter().fold(0u32, |a, &b| gcd(a, b));
+    let w: Vec<u64> = weights.iter().map(|&x| (x / g) as u64).collect();
+    let total: u64 = w.iter().sum();
+    if total <= m as u64 {
+        let pattern = turn_pattern(&w);
+        let mut f = Filler::new(m);
+        let mut n = 0u32;
+        'rounds: loop {
+            for &i in &pattern {
+                f.take_turn(&mut cursors[i as usize]);
+                n += 1;
+                if n == m {
+                    break 'rounds;
+                }
+            }
+        }
+        f.entry
+    } else {
+        fill_weighted_heap(m, cursors, &w)
+    }
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The order of turns within one unit of virtual time: all `(j/w_i, i)` for `j < w_i`, sorted by
+/// time then index. `j·w` products stay below 2^64 since `j < w ≤ 2^32`.
+fn turn_pattern(w: &[u64]) -> Vec<u16> {
+    let mut turns: Vec<(u32, u16)> = w
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &wi)| (0..wi as u32).map(move |j| (j, i as u16)))
+        .collect();
+    turns.sort_unstable_by(|&(ja, a), &(jb, b)| {
+        (ja as u64 * w[b as usize])
+            .cmp(&(jb as u64 * w[a as usize]))
+            .then(a.cmp(&b))
+    });
+    turns.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The same schedule with a binary heap of next-turn times (for `Σ w > M`).
+fn fill_weighted_heap(m: u32, cursors: &mut [Cursor], w: &[u64]) -> Vec<u16> {
     let n_b = cursors.len();
-    let mut entry = vec![EMPTY; m as usize];
+    let mut f = Filler::new(m);
     let mut turns = vec![0u64; n_b];
-    let w: Vec<u64> = weights.iter().map(|&x| x as u64).collect();
     // `before(a, b)`: a's next turn comes before b's. Products stay below 2^28 · 2^32 = 2^60.
     let before = |turns: &[u64], a: usize, b: usize| -> bool {
         let (ta, tb) = (turns[a] * w[b], turns[b] * w[a]);
@@ -140,7 +219,7 @@ fn fill_weighted(m: u32, cursors: &mut [Cursor], weights: &[u32]) -> Vec<u16> {
     let mut heap: Vec<usize> = (0..n_b).collect();
     for _ in 0..m {
         let i = heap[0];
-        take_turn(&mut entry, m, &mut cursors[i]);
+        f.take_turn(&mut cursors[i]);
         turns[i] += 1;
         // Sift the root down.
         let mut p = 0;
@@ -163,7 +242,7 @@ fn fill_weighted(m: u32, cursors: &mut [Cursor], weights: &[u32]) -> Vec<u16> {
             }
         }
     }
-    entry
+    f.entry
 }
 
 fn check_permutations(size: u32, perms: &[Permutation]) -> Result<(), Error> {
@@ -362,6 +441,40 @@ mod tests {
         let mut cursors = cursors_for(perms.iter().copied().enumerate());
         let heap = fill_weighted(1009, &mut cursors, &[5; 13]);
         assert_eq!(rr, heap);
+    }
+
+    #[test]
+    fn pattern_and_heap_agree() {
+        let cfg = Config::new(10_007, 1).unwrap();
+        let mut x = 99u64;
+        for case in 0..40 {
+            let n = 1 + case % 37;
+            let perms: Vec<Permutation> = (0..n)
+                .map(|i| Permutation::for_name(&cfg, &format!("p{case}-{i}")))
+                .collect();
+            let weights: Vec<u32> = (0..n)
+                .map(|_| {
+                    x = fp_hash::splitmix64(x);
+                    // Mix tiny, equal-ish and large weights, with common factors.
+                    [1, 2, 3, 4, 6, 12, 100, 250][(x % 8) as usize] * (1 + (case as u32 % 3))
+                })
+                .collect();
+            let g = weights.iter().fold(0, |a, &b| gcd(a, b));
+            let w: Vec<u64> = weights.iter().map(|&v| (v / g) as u64).collect();
+            let mut c1 = cursors_for(perms.iter().copied().enumerate());
+            let mut c2 = c1.clone();
+            let via_api = fill_weighted(10_007, &mut c1, &weights);
+            let heap = fill_weighted_heap(10_007, &mut c2, &w);
+            assert_eq!(via_api, heap, "case {case} weights {weights:?}");
+        }
+    }
+
+    #[test]
+    fn pattern_by_hand() {
+        // Weights 2, 1, 3 (gcd 1): times A 0, ½; B 0; C 0, ⅓, ⅔ → A B C C A C.
+        assert_eq!(turn_pattern(&[2, 1, 3]), [0, 1, 2, 2, 0, 2]);
+        assert_eq!(gcd(12, 18), 6);
+        assert_eq!(gcd(0, 7), 7);
     }
 
     #[test]
