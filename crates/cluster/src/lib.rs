@@ -1,0 +1,441 @@
+//! The ScaleBricks cluster, in process: one forwarding table spread over `n` nodes, one interconnect
+//! hop per packet (ScaleBricks, SIGCOMM 2015, §6.2–6.3; CuckooSwitch, CoNEXT 2013, §1 and §6 for the
+//! motivation: FIBs of flat addresses too large for one switch).
+//!
+//! Layer: **pipeline** (nodes process bursts of real frame bytes) over in-memory **io** (links and
+//! ports behind traits), with a **control** plane that is the single writer of every table.
+//!
+//! Every entry (a MAC address → an external port) has an *owner* node that holds it in its
+//! [`fp_cuckoo`] `CompactMap`; every node holds a replica of the [`fp_setsep`] partition table (key →
+//! owner, `log2 n` bits per value). A frame entering any node is looked up in the partition table and
+//! sent over the interconnect, encapsulated ([`wire`]), straight to its owner, which strips the
+//! header, looks the key up in its share of the FIB and emits the frame on the port. Two baselines
+//! run on the same machinery ([`Mode`]): full duplication (every node the whole FIB) and hash
+//! partitioning (the entry lives on the key's hash-home node: two hops).
+//!
+//! The node logic ([`Node`]) sees its interconnect only through [`Link`] and its external ports only
+//! through [`ExternalPort`], so later issues can put nodes on real interfaces; here [`MemFabric`]
+//! links nodes with lock-free rings of frame bytes and [`GenPort`] replays test traffic.
+//!
+//! **Guarantees** (tested in `tests/cluster.rs`): every frame for a known key leaves its owner's
+//! external port exactly once; under ScaleBricks with at most one interconnect hop (zero if it
+//! entered at the owner) — before updates, after updates, and for frames entering after an update
+//! completed while traffic flows; frames that were in flight during a move take at most one extra
+//! (redirect) hop. No frame is lost by the data path (drops are counted by reason).
+//!
+//! # Example
+//!
+//! ```
+//! use fp_cluster::{build, ClusterConfig, Frames, GenPort, Mode, Sink};
+//! use std::sync::{atomic::AtomicU64, Arc};
+//!
+//! // 4 nodes, 1000 MACs, owner = key % 4, external port = key % 3.
+//! let entries: Vec<(u64, u8, u16)> =
+//!     (0..1000u64).map(|i| (0x0200_0000_0000 | i, (i % 4) as u8, (i % 3) as u16)).collect();
+//! let keys: Vec<u64> = entries.iter().map(|e| e.0).collect();
+//! let stamps = Arc::new(AtomicU64::new(0));
+//! let ports = (0..4)
+//!     .map(|_| GenPort::new(Frames::to_keys(&keys, 64, [2, 0, 0, 0, 0, 1]), 1000, stamps.clone(), Sink::new(3, false)))
+//!     .collect();
+//! let cfg = ClusterConfig::new(4, Mode::ScaleBricks, 3, 2000);
+//! let (mut cluster, mut control) = build(&cfg, &entries, ports).unwrap();
+//! cluster.run_until_idle(1_000_000);
+//! let c = cluster.counters();
+//! assert_eq!((c.emitted, c.drops()), (4000, 0));
+//! // One interconnect hop for the 3/4 of frames that entered at a node other than the owner.
+//! assert_eq!(cluster.hops(), 3000);
+//! // Move an entry while the cluster runs: the control plane updates every node.
+//! control.set(keys[5], 0, 2).unwrap();
+//! ```
+#![deny(unsafe_code)]
+
+mod control;
+mod link;
+mod node;
+mod port;
+pub mod wire;
+
+pub use control::{Controller, Update};
+pub use link::{Link, LinkError, MemFabric, MemLink};
+pub use node::{hash_home, Counters, Node, NodeConfig, Tables, MAX_BURST, MAX_HOPS};
+pub use port::{Burst, Delivery, ExternalPort, Frames, GenPort, Sink};
+
+use fp_cuckoo::{CompactMap, InsertError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How the FIB is spread over the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// ScaleBricks: each entry on its owner, a SetSep partition table on every node; one hop.
+    ScaleBricks,
+    /// Every node holds the whole FIB (key → egress node and port); one hop.
+    Duplicate,
+    /// Each entry on its key's hash-home node; ingress → home → egress: up to two hops.
+    HashPartition,
+}
+
+impl Mode {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ScaleBricks => "scalebricks",
+            Mode::Duplicate => "duplication",
+            Mode::HashPartition => "hash-partition",
+        }
+    }
+}
+
+/// Cluster settings.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Nodes (1..=64).
+    pub nodes: u8,
+    /// How the FIB is spread.
+    pub mode: Mode,
+    /// External ports per node (1..=255).
+    pub ports: u16,
+    /// Entries the cluster is sized for (total).
+    pub capacity: usize,
+    /// Per-node FIB capacity under partitioned modes: `capacity / nodes × fib_slack`.
+    pub fib_slack: f64,
+    /// Seed of the tables and of the hash-partitioning home function.
+    pub seed: u64,
+    /// Frames per burst (1..=32).
+    pub burst: usize,
+    /// Frames each interconnect queue holds.
+    pub ring_slots: usize,
+    /// Longest external frame carried (the interconnect adds [`wire::ENCAP`] bytes).
+    pub max_frame: usize,
+    /// SetSep setting `(x, y)` of the partition table.
+    pub gpt_setting: (u8, u8),
+    /// Threads building the partition table.
+    pub build_threads: usize,
+    /// Page policy of the tables.
+    pub pages: fp_cuckoo::PagePolicy,
+}
+
+impl ClusterConfig {
+    /// Defaults for `nodes` nodes with `ports` external ports each, sized for `capacity` entries.
+    pub fn new(nodes: u8, mode: Mode, ports: u16, capacity: usize) -> Self {
+        ClusterConfig {
+            nodes,
+            mode,
+            ports,
+            capacity,
+            fib_slack: 1.15,
+            seed: 0x5CA1_EB71_C45E_ED00,
+            burst: 32,
+            ring_slots: 1024,
+            max_frame: 1518,
+            gpt_setting: (16, 8),
+            build_threads: 1,
+            pages: fp_cuckoo::PagePolicy::Auto,
+        }
+    }
+
+    /// Value bits of the partition table: `ceil(log2 nodes)`, at least 1.
+    pub fn owner_bits(&self) -> u8 {
+        (u8::BITS - (self.nodes.max(2) - 1).leading_zeros()) as u8
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |field: &'static str, value: String, why: &'static str| {
+            Err(Error::Config { field, value, why })
+        };
+        if !(1..=64).contains(&self.nodes) {
+            return bad("nodes", self.nodes.to_string(), "must be in 1..=64");
+        }
+        if !(1..=255).contains(&self.ports) {
+            return bad("ports", self.ports.to_string(), "must be in 1..=255");
+        }
+        if !(1..=MAX_BURST).contains(&self.burst) {
+            return bad("burst", self.burst.to_string(), "must be in 1..=32");
+        }
+        if self.ring_slots < 2 * self.burst {
+            return bad(
+                "ring_slots",
+                self.ring_slots.to_string(),
+                "must hold at least two bursts",
+            );
+        }
+        if !(wire::ETH_HDR + 8..=9000).contains(&self.max_frame) {
+            return bad(
+                "max_frame",
+                self.max_frame.to_string(),
+                "must be in 22..=9000",
+            );
+        }
+        if self.fib_slack.is_nan() || self.fib_slack < 1.0 {
+            return bad(
+                "fib_slack",
+                self.fib_slack.to_string(),
+                "must be at least 1",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Why a cluster could not be built or updated.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting is out of range.
+    #[error("cluster config: {field} = {value}: {why}")]
+    Config {
+        field: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    /// A key wider than 48 bits (FIB keys are MAC addresses).
+    #[error("key {key:#x} is wider than 48 bits")]
+    KeyTooWide { key: u64 },
+    /// An owner that is not a node of the cluster.
+    #[error("node {node} does not exist (cluster of {nodes})")]
+    NoSuchNode { node: u8, nodes: u8 },
+    /// An external port number too large for the FIB encoding.
+    #[error("external port {port} out of range (0..=254)")]
+    PortTooLarge { port: u16 },
+    /// A node's FIB refused an entry.
+    #[error("FIB of node {node}: {error}")]
+    Fib { node: u8, error: InsertError },
+    /// A FIB could not be created.
+    #[error("FIB: {0}")]
+    FibTable(#[from] fp_cuckoo::Error),
+    /// The partition table could not be built or updated.
+    #[error("partition table: {0}")]
+    Partition(#[from] fp_setsep::Error),
+}
+
+/// Memory a node spends on its tables.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeMemory {
+    /// Bytes of the node's FIB share (cuckoo table slots and version counters).
+    pub fib_bytes: usize,
+    /// Entries in the node's FIB share.
+    pub fib_entries: usize,
+    /// Bytes of the node's partition table replica (blocks and fallback table).
+    pub gpt_bytes: usize,
+}
+
+impl NodeMemory {
+    /// Total bytes.
+    pub fn bytes(&self) -> usize {
+        self.fib_bytes + self.gpt_bytes
+    }
+}
+
+/// `n` nodes connected by an in-memory fabric.
+pub struct Cluster<P: ExternalPort> {
+    /// The nodes, by id.
+    pub nodes: Vec<Node<MemLink, P>>,
+}
+
+/// Build a cluster of `cfg.nodes` nodes over a [`MemFabric`], with `ports[i]` as node `i`'s external
+/// ports, holding `entries` (key, owner, port). Returns the cluster and its control plane.
+pub fn build<P: ExternalPort>(
+    cfg: &ClusterConfig,
+    entries: &[(u64, u8, u16)],
+    ports: Vec<P>,
+) -> Result<(Cluster<P>, Controller), Error> {
+    cfg.validate()?;
+    let n = cfg.nodes as usize;
+    if ports.len() != n {
+        return Err(Error::Config {
+            field: "ports",
+            value: ports.len().to_string(),
+            why: "need one external port set per node",
+        });
+    }
+    let capacity = cfg.capacity.max(entries.len()).max(1);
+    let per_node = match cfg.mode {
+        Mode::Duplicate => capacity,
+        _ => ((capacity as f64 / n as f64) * cfg.fib_slack).ceil() as usize + 64,
+    };
+    let mut fibs = Vec::with_capacity(n);
+    let mut readers = Vec::with_capacity(n);
+    for i in 0..n {
+        let c = fp_cuckoo::Config::with_capacity(per_node)
+            .seed(cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .pages(cfg.pages);
+        let (w, r) = CompactMap::new(&c)?;
+        fibs.push(w);
+        readers.push(r);
+    }
+    let mut control = Controller {
+        mode: cfg.mode,
+        nodes: cfg.nodes,
+        hash_seed: cfg.seed,
+        entries: HashMap::with_capacity(entries.len()),
+        fibs,
+        gpt: None,
+    };
+    // Validate and deduplicate (the last setting of a key wins), then fill the FIBs.
+    for &(k, o, p) in entries {
+        control.check(k, o, p)?;
+        control.entries.insert(k, (o, p));
+    }
+    let mut sorted: Vec<(u64, u8, u16)> = control
+        .entries
+        .iter()
+        .map(|(&k, &(o, p))| (k, o, p))
+        .collect();
+    sorted.sort_unstable_by_key(|e| e.0);
+    for &(k, o, p) in &sorted {
+        match cfg.mode {
+            Mode::ScaleBricks => control.fibs[o as usize]
+                .insert(k, p)
+                .map(|_| ())
+                .map_err(|e| Error::Fib { node: o, error: e })?,
+            Mode::Duplicate => {
+                let v = ((o as u16) << 8) | p;
+                for (i, f) in control.fibs.iter_mut().enumerate() {
+                    f.insert(k, v).map_err(|e| Error::Fib {
+                        node: i as u8,
+                        error: e,
+                    })?;
+                }
+            }
+            Mode::HashPartition => {
+                let h = hash_home(cfg.seed, k, cfg.nodes);
+                control.fibs[h as usize]
+                    .insert(k, ((o as u16) << 8) | p)
+                    .map_err(|e| Error::Fib { node: h, error: e })?;
+            }
+        }
+    }
+    let mut gpts: Vec<Option<fp_setsep::SetSep>> = (0..n).map(|_| None).collect();
+    if cfg.mode == Mode::ScaleBricks {
+        let keys: Vec<u64> = sorted.iter().map(|e| e.0).collect();
+        let owners: Vec<u16> = sorted.iter().map(|e| e.1 as u16).collect();
+        drop(sorted);
+        let mut sc = fp_setsep::Config::new(cfg.owner_bits())
+            .setting(cfg.gpt_setting.0, cfg.gpt_setting.1)
+            .seed(cfg.seed)
+            .threads(cfg.build_threads)
+            .capacity(capacity);
+        sc.pages = cfg.pages;
+        let (mut up, first) = fp_setsep::Updater::build(&sc, &keys, &owners)?;
+        gpts[0] = Some(first);
+        for g in gpts.iter_mut().skip(1) {
+            *g = Some(up.replica()?);
+        }
+        control.gpt = Some(up);
+    }
+    let links = MemFabric::links(n, cfg.ring_slots, cfg.max_frame + wire::ENCAP);
+    let nodes = links
+        .into_iter()
+        .zip(ports)
+        .zip(readers)
+        .zip(gpts)
+        .enumerate()
+        .map(|(i, (((link, port), fib), gpt))| {
+            Node::new(
+                NodeConfig {
+                    id: i as u8,
+                    nodes: cfg.nodes,
+                    mode: cfg.mode,
+                    burst: cfg.burst,
+                    max_frame: cfg.max_frame,
+                },
+                Tables {
+                    fib,
+                    gpt,
+                    hash_seed: cfg.seed,
+                },
+                link,
+                port,
+            )
+        })
+        .collect();
+    Ok((Cluster { nodes }, control))
+}
+
+impl<P: ExternalPort> Cluster<P> {
+    /// Poll every node once, in id order. Returns the frames handled.
+    pub fn step(&mut self) -> usize {
+        self.nodes.iter_mut().map(|n| n.poll()).sum()
+    }
+
+    /// Step until a round handles nothing (or `max_rounds`). Returns the rounds run.
+    pub fn run_until_idle(&mut self, max_rounds: usize) -> usize {
+        for r in 0..max_rounds {
+            if self.step() == 0 && self.nodes.iter().all(|n| n.pending() == 0) {
+                return r + 1;
+            }
+        }
+        max_rounds
+    }
+
+    /// Run every node on its own thread while `control` runs on the calling thread; when it returns,
+    /// the nodes finish their traffic and stop, and the rest is drained here. Returns what `control`
+    /// returned.
+    pub fn run_threaded<R>(&mut self, control: impl FnOnce() -> R) -> R {
+        let stop = AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            for node in self.nodes.iter_mut() {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut idle = 0u32;
+                    loop {
+                        if node.poll() == 0 {
+                            idle += 1;
+                            if stop.load(Ordering::Acquire) && idle > 256 {
+                                break;
+                            }
+                            std::thread::yield_now();
+                        } else {
+                            idle = 0;
+                        }
+                    }
+                });
+            }
+            let r = control();
+            stop.store(true, Ordering::Release);
+            r
+        });
+        self.run_until_idle(usize::MAX);
+        r
+    }
+
+    /// Counters summed over the nodes.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for n in &self.nodes {
+            c.add(&n.counters);
+        }
+        c
+    }
+
+    /// Interconnect hops taken by the frames emitted so far (from the sinks' point of view: the
+    /// hop count carried in the shim).
+    pub fn hops(&self) -> u64
+    where
+        P: HopCount,
+    {
+        self.nodes.iter().map(|n| n.port.hops()).sum()
+    }
+
+    /// Memory node `i` spends on its tables.
+    pub fn memory(&self, i: usize) -> NodeMemory {
+        let t = self.nodes[i].tables();
+        let fs = t.fib.stats();
+        NodeMemory {
+            fib_bytes: fs.bytes(),
+            fib_entries: fs.len,
+            gpt_bytes: t.gpt.as_ref().map_or(0, |g| g.stats().bytes()),
+        }
+    }
+}
+
+/// Ports that count the interconnect hops of what they emit.
+pub trait HopCount {
+    /// Total hops of the frames emitted.
+    fn hops(&self) -> u64;
+}
+
+impl HopCount for GenPort {
+    fn hops(&self) -> u64 {
+        self.sink.hops()
+    }
+}

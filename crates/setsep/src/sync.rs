@@ -1,0 +1,61 @@
+//! The atomics the table is built from: std's normally, loom's under `cfg(loom)` so the block version
+//! protocol can be model-checked (`tests/loom_update.rs`).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+
+pub(crate) use std::sync::atomic::Ordering;
+
+/// Busy-wait hint while the writer holds a block (odd version).
+#[inline(always)]
+pub(crate) fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// Storage for `n` zeroed atomic words: huge pages normally, a plain vector of loom atomics under loom.
+#[cfg(not(loom))]
+pub(crate) type Words = fp_mem::HugeArray<AtomicU64>;
+#[cfg(loom)]
+pub(crate) type Words = Box<[AtomicU64]>;
+
+#[cfg(not(loom))]
+pub(crate) fn alloc_words(n: usize, pages: fp_mem::PagePolicy) -> Result<Words, fp_mem::MemError> {
+    fp_mem::HugeArray::new(n, pages)
+}
+
+#[cfg(loom)]
+pub(crate) fn alloc_words(n: usize, _pages: fp_mem::PagePolicy) -> Result<Words, fp_mem::MemError> {
+    Ok((0..n).map(|_| AtomicU64::new(0)).collect())
+}
+
+/// Which pages back the storage.
+#[cfg(not(loom))]
+pub(crate) fn page_kind(w: &Words) -> fp_mem::PageKind {
+    w.pages()
+}
+
+#[cfg(loom)]
+pub(crate) fn page_kind(_w: &Words) -> fp_mem::PageKind {
+    fp_mem::PageKind::Heap
+}
+
+/// Bytes reserved for the storage.
+#[cfg(not(loom))]
+pub(crate) fn reserved_bytes(w: &Words) -> usize {
+    w.bytes()
+}
+
+#[cfg(loom)]
+pub(crate) fn reserved_bytes(w: &Words) -> usize {
+    w.len() * 8
+}
