@@ -35,7 +35,8 @@ use crate::{Backend, Config, Error};
 /// An immutable Maglev (or baseline) lookup table: `M` slots, each naming a backend.
 ///
 /// Cheap to share: wrap it in an `Arc` and swap the pointer to publish a rebuild. `Send + Sync`.
-#[derive(Clone, Debug)]
+/// `Debug` prints a summary (size, backends, digest), not the `M` entries.
+#[derive(Clone)]
 pub struct Table {
     size: u32,
     /// `⌈2^64 / size⌉` for the division-free modulo.
@@ -50,6 +51,16 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Table>();
 };
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("size", &self.size)
+            .field("backends", &self.backends.len())
+            .field("digest", &format_args!("{:#018x}", self.digest))
+            .finish()
+    }
+}
 
 /// Seed of the table digest ("fpdigest" in ASCII). Part of the cross-balancer contract.
 const DIGEST_SEED: u64 = 0x6670_6469_6765_7374;
@@ -104,6 +115,38 @@ impl Table {
     #[inline]
     pub fn lookup_backend(&self, hash: u64) -> &Backend {
         &self.backends[self.lookup(hash) as usize]
+    }
+
+    /// The backend for a flow hash as a position in the slice given to the builder (one more
+    /// load from a small array than [`Table::lookup`]), so a caller can keep its own per-backend
+    /// data (addresses, counters) in its own order.
+    #[inline(always)]
+    pub fn lookup_input(&self, hash: u64) -> usize {
+        self.input_index[self.lookup(hash) as usize] as usize
+    }
+
+    /// Hint the CPU to fetch the entry for `hash` (for batched lookups: prefetch the whole batch,
+    /// then look up). A no-op where the platform has no prefetch.
+    #[inline(always)]
+    pub fn prefetch(&self, hash: u64) {
+        fp_hash::prefetch_read(self.entries[self.slot(hash)..].as_ptr());
+    }
+
+    /// Look up a batch: `out[i] = lookup(hashes[i])`. Slots are computed for the whole batch
+    /// before any entry is read, so the loads overlap.
+    #[inline]
+    pub fn lookup_batch(&self, hashes: &[u64], out: &mut [u16]) {
+        assert_eq!(hashes.len(), out.len(), "one output per hash");
+        const CHUNK: usize = 32;
+        let mut slots = [0usize; CHUNK];
+        for (hs, os) in hashes.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            for (s, &h) in slots.iter_mut().zip(hs) {
+                *s = self.slot(h);
+            }
+            for (o, &s) in os.iter_mut().zip(&slots) {
+                *o = self.entries[s];
+            }
+        }
     }
 
     /// The table size `M`.

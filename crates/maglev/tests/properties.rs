@@ -238,13 +238,18 @@ proptest! {
     }
 
     #[test]
-    fn lookup_is_entry_of_slot((bs, cfg) in backends(20, 2), hashes in prop::collection::vec(any::<u64>(), 64)) {
+    fn lookup_is_entry_of_slot((bs, cfg) in backends(20, 2), hashes in prop::collection::vec(any::<u64>(), 0..100)) {
         let t = Table::build(&cfg, &bs).unwrap();
         let m = cfg.size() as u64;
-        for h in hashes {
+        let mut batch = vec![0u16; hashes.len()];
+        t.lookup_batch(&hashes, &mut batch);
+        for (&h, &b) in hashes.iter().zip(&batch) {
             let slot = ((h ^ (h >> 32)) as u32 as u64 % m) as usize;
             prop_assert_eq!(t.slot(h), slot);
+            t.prefetch(h);
             prop_assert_eq!(t.lookup(h), t.entries()[slot]);
+            prop_assert_eq!(b, t.entries()[slot]);
+            prop_assert_eq!(&bs[t.lookup_input(h)], t.lookup_backend(h));
         }
     }
 }
