@@ -31,11 +31,13 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 use core::ops::Range;
 
+use crate::bytes::put16;
+use crate::checksum;
 use crate::error::{Error, Result};
 use crate::ethernet::{self, EtherType, EthernetRepr, MacAddr};
 use crate::gre::{GrePacket, GreRepr};
 use crate::ip::{IpPair, IpProtocol, IpVersion};
-use crate::ipv4::{self, Ipv4Options, Ipv4Repr};
+use crate::ipv4;
 use crate::ipv6::{self, Ipv6Repr};
 use crate::summary::PacketSummary;
 use crate::udp::{self, UdpPacket, UdpRepr};
@@ -312,20 +314,33 @@ impl Encap {
         let mut o = self.l2.emit(frame, outer_ethertype)?;
         match self.ip {
             OuterIp::V4 { src, dst, ttl } => {
-                Ipv4Repr {
-                    src_addr: src,
-                    dst_addr: dst,
-                    protocol,
-                    payload_len: ip_payload as u16,
-                    ttl,
-                    tos,
-                    ident: ipv4_ident,
-                    dont_frag: inner_df,
-                    more_frags: false,
-                    frag_offset: 0,
-                    options: Ipv4Options::NONE,
-                }
-                .emit(&mut frame[o..])?;
+                // Written field by field, not through Ipv4Repr (whose inline options array would be
+                // copied per packet), and the checksum is summed from the values, not read back from
+                // the bytes just stored (that read would stall on store forwarding).
+                let total = (ipv4::HEADER_LEN + ip_payload) as u16;
+                let flags: u16 = if inner_df { 0x4000 } else { 0 };
+                let (s4, d4) = (src.to_bits(), dst.to_bits());
+                let acc = (0x4500u32 | tos as u32)
+                    + total as u32
+                    + ipv4_ident as u32
+                    + flags as u32
+                    + ((ttl as u32) << 8 | protocol.0 as u32)
+                    + (s4 >> 16)
+                    + (s4 & 0xFFFF)
+                    + (d4 >> 16)
+                    + (d4 & 0xFFFF);
+                let c = checksum::finish(checksum::add((acc >> 16) as u16, acc as u16));
+                let h = &mut frame[o..o + ipv4::HEADER_LEN];
+                h[0] = 0x45;
+                h[1] = tos;
+                put16(h, 2, total);
+                put16(h, 4, ipv4_ident);
+                put16(h, 6, flags);
+                h[8] = ttl;
+                h[9] = protocol.0;
+                put16(h, 10, c);
+                h[12..16].copy_from_slice(&src.octets());
+                h[16..20].copy_from_slice(&dst.octets());
                 o += ipv4::HEADER_LEN;
             }
             OuterIp::V6 {

@@ -208,7 +208,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn verify_checksum(&self) -> bool {
         let b = self.buffer.as_ref();
-        checksum::verify(&b[..self.header_len().clamp(HEADER_LEN, b.len())])
+        let hl = self.header_len();
+        if hl == HEADER_LEN {
+            if let Some(h) = b.first_chunk::<HEADER_LEN>() {
+                return checksum::sum20(h) == 0xFFFF;
+            }
+        }
+        checksum::verify(&b[..hl.clamp(HEADER_LEN, b.len())])
     }
 
     #[inline]

@@ -393,29 +393,30 @@ fn parse_v4(frame: &[u8], l2: L2Header, opts: &ParseOptions) -> Result<PacketSum
         protocol = ah.next_header();
         l4 += ah.header_len();
     }
-    let mut s = PacketSummary {
+    let l4i = if offset == 0 {
+        parse_l4(protocol, fragment.is_some(), &bytes[l4..total as usize])?
+    } else {
+        L4Info::NONE
+    };
+    Ok(PacketSummary {
         l2,
         l3_offset: l3 as u16,
         l3_len: total,
         l4_offset: (l3 + l4) as u16,
-        l4_len: total - l4 as u16,
+        l4_len: l4i.udp_len.unwrap_or(total - l4 as u16),
         addrs: IpPair::V4(p.src_addr(), p.dst_addr()),
         protocol,
         ttl,
         tos: p.tos(),
         dont_frag: p.dont_frag(),
         fragment,
-        l4: L4Kind::None,
-        src_port: 0,
-        dst_port: 0,
-        tcp_flags: TcpFlags::NONE,
-        icmp_type: 0,
-        icmp_code: 0,
-    };
-    if offset == 0 {
-        parse_l4(&bytes[l4..total as usize], &mut s)?;
-    }
-    Ok(s)
+        l4: l4i.kind,
+        src_port: l4i.src_port,
+        dst_port: l4i.dst_port,
+        tcp_flags: l4i.tcp_flags,
+        icmp_type: l4i.icmp_type,
+        icmp_code: l4i.icmp_code,
+    })
 }
 
 fn parse_v6(frame: &[u8], l2: L2Header, opts: &ParseOptions) -> Result<PacketSummary> {
@@ -446,70 +447,96 @@ fn parse_v6(frame: &[u8], l2: L2Header, opts: &ParseOptions) -> Result<PacketSum
             more: f.more_frags,
         });
     let l4 = ipv6::HEADER_LEN + chain.offset;
-    let mut s = PacketSummary {
+    let l4i = if fragment.is_none_or(|f| f.offset == 0) {
+        parse_l4(chain.protocol, fragment.is_some(), &bytes[l4..total])?
+    } else {
+        L4Info::NONE
+    };
+    Ok(PacketSummary {
         l2,
         l3_offset: l3 as u16,
         l3_len: total as u16,
         l4_offset: (l3 + l4) as u16,
-        l4_len: (total - l4) as u16,
+        l4_len: l4i.udp_len.unwrap_or((total - l4) as u16),
         addrs: IpPair::V6(p.src_addr(), p.dst_addr()),
         protocol: chain.protocol,
         ttl,
         tos: p.traffic_class(),
         dont_frag: false,
         fragment,
-        l4: L4Kind::None,
+        l4: l4i.kind,
+        src_port: l4i.src_port,
+        dst_port: l4i.dst_port,
+        tcp_flags: l4i.tcp_flags,
+        icmp_type: l4i.icmp_type,
+        icmp_code: l4i.icmp_code,
+    })
+}
+
+/// What the transport parse found (small, so the summary is built once, in place).
+#[derive(Clone, Copy)]
+struct L4Info {
+    kind: L4Kind,
+    src_port: u16,
+    dst_port: u16,
+    tcp_flags: TcpFlags,
+    icmp_type: u8,
+    icmp_code: u8,
+    /// The UDP length field of a whole datagram (it bounds the transport bytes).
+    udp_len: Option<u16>,
+}
+
+impl L4Info {
+    const NONE: L4Info = L4Info {
+        kind: L4Kind::None,
         src_port: 0,
         dst_port: 0,
         tcp_flags: TcpFlags::NONE,
         icmp_type: 0,
         icmp_code: 0,
+        udp_len: None,
     };
-    if fragment.is_none_or(|f| f.offset == 0) {
-        parse_l4(&bytes[l4..total], &mut s)?;
-    }
-    Ok(s)
 }
 
-#[inline]
-fn parse_l4(l4: &[u8], s: &mut PacketSummary) -> Result<()> {
-    match s.protocol {
+#[inline(always)]
+fn parse_l4(protocol: IpProtocol, fragment: bool, l4: &[u8]) -> Result<L4Info> {
+    let mut i = L4Info::NONE;
+    match protocol {
         IpProtocol::TCP => {
             let t = TcpPacket::new_checked(l4)?;
-            s.l4 = L4Kind::Tcp;
-            s.src_port = t.src_port();
-            s.dst_port = t.dst_port();
-            s.tcp_flags = t.flags();
+            i.kind = L4Kind::Tcp;
+            i.src_port = t.src_port();
+            i.dst_port = t.dst_port();
+            i.tcp_flags = t.flags();
         }
         IpProtocol::UDP => {
-            if s.fragment.is_some() {
+            if fragment {
                 // First fragment: the length field covers the whole datagram.
                 if l4.len() < udp::HEADER_LEN {
                     return Err(Error::UdpTruncated);
                 }
             } else {
-                let u = UdpPacket::new_checked(l4)?;
-                s.l4_len = u.len();
+                i.udp_len = Some(UdpPacket::new_checked(l4)?.len());
             }
-            s.l4 = L4Kind::Udp;
-            s.src_port = be16(l4, 0);
-            s.dst_port = be16(l4, 2);
+            i.kind = L4Kind::Udp;
+            i.src_port = be16(l4, 0);
+            i.dst_port = be16(l4, 2);
         }
         IpProtocol::ICMP => {
-            let i = Icmpv4Packet::new_checked(l4)?;
-            s.l4 = L4Kind::Icmpv4;
-            s.icmp_type = i.msg_type();
-            s.icmp_code = i.code();
+            let p = Icmpv4Packet::new_checked(l4)?;
+            i.kind = L4Kind::Icmpv4;
+            i.icmp_type = p.msg_type();
+            i.icmp_code = p.code();
         }
         IpProtocol::ICMPV6 => {
-            let i = Icmpv6Packet::new_checked(l4)?;
-            s.l4 = L4Kind::Icmpv6;
-            s.icmp_type = i.msg_type();
-            s.icmp_code = i.code();
+            let p = Icmpv6Packet::new_checked(l4)?;
+            i.kind = L4Kind::Icmpv6;
+            i.icmp_type = p.msg_type();
+            i.icmp_code = p.code();
         }
         _ => {}
     }
-    Ok(())
+    Ok(i)
 }
 
 /// The flow an ICMP error is about, read leniently from the quoted packet (which is usually
