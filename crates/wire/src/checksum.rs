@@ -326,10 +326,7 @@ mod tests {
 
     #[test]
     fn sum20_matches_sum() {
-        let mut h = [0u8; 20];
-        for i in 0..20 {
-            h[i] = (i as u8).wrapping_mul(37).wrapping_add(0xF1);
-        }
+        let h: [u8; 20] = core::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(0xF1));
         assert_eq!(sum20(&h), sum(&h));
         assert_eq!(sum20(&[0xFF; 20]), reference::sum(&[0xFF; 20]));
     }
