@@ -102,8 +102,8 @@ impl Default for Config {
     }
 }
 
-/// Most backends one table can hold: entries are `u16` and `u16::MAX` marks an empty slot while the
-/// table is populated.
+/// Most backends one table can hold: entries are `u16`, and `u16::MAX` is never a backend index, so
+/// callers can use it as a "no backend" marker (e.g. in a connection table).
 pub const MAX_BACKENDS: usize = u16::MAX as usize;
 
 /// Backends in canonical order (sorted by name bytes) with their positions in the caller's list.

@@ -41,6 +41,10 @@ pub trait Prepared: Send + Sync {
     /// Populate the table with only the backends whose `alive` flag is set (indexed canonically).
     /// The result is the table a fresh build over the alive backends would give, with entries
     /// still naming backends by their index in the full canonical list. Errors if none is alive.
+    ///
+    /// # Panics
+    ///
+    /// If `alive.len()` is not the number of backends (a caller bug, not bad input).
     fn populate(&self, alive: &[bool]) -> Result<Vec<u16>, Error>;
 
     /// Like [`Prepared::populate`], given `base = populate(all alive)`. Methods that can update a

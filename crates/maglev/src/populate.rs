@@ -289,6 +289,10 @@ pub fn populate(size: u32, perms: &[Permutation]) -> Result<Vec<u16>, Error> {
 
 /// [`populate`] with weighted turns (see the module doc: virtual-time turns). Equal weights give
 /// exactly [`populate`]'s result.
+///
+/// # Panics
+///
+/// If `weights` and `perms` differ in length (a caller bug, not bad input).
 pub fn populate_weighted(
     size: u32,
     perms: &[Permutation],
