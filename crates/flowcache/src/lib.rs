@@ -41,6 +41,12 @@
 //! replaces an entry with the same fingerprint if one exists (§4.4), else fills an empty slot, else
 //! evicts according to the policy. The cache never grows: sizes are fixed at construction.
 //!
+//! Inserting a key that is present replaces its value: an insert leaves exactly one entry with the
+//! key's fingerprint among its candidate slots (other same-fingerprint entries are emptied), so an
+//! older value of a key can never resurface. A value stays valid as long as the caller's check
+//! accepts it: when the entry a value designates is freed or reused, the check must reject it
+//! (e.g. compare the full key, or a generation number), or the caller removes the cache entry.
+//!
 //! # Guarantees
 //!
 //! * A lookup returns only a value for which the caller's check returned true.
@@ -177,7 +183,8 @@ pub enum Error {
 /// What an insert did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Insert {
-    /// An entry with the same fingerprint was there; its value was replaced (§4.4).
+    /// An entry with the same fingerprint was there; its value was replaced (§4.4), and any other
+    /// entry with that fingerprint among the key's candidates was emptied.
     Updated,
     /// An empty candidate slot was filled.
     Filled,
@@ -396,6 +403,31 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
         self.isa
     }
 
+    /// A copy of this cache (table, policy state, generator, counters) in newly allocated memory:
+    /// measure two things from one warm state.
+    pub fn try_clone(&self) -> Result<Self, Error> {
+        let table = Table::new(self.table.n, PagePolicy::Auto)?;
+        for (d, s) in table.words.iter().zip(self.table.words.iter()) {
+            d.store(
+                s.load(std::sync::atomic::Ordering::Relaxed),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        Ok(FlowCache {
+            table,
+            policy: self.policy.clone(),
+            rng: self.rng.clone(),
+            isa: self.isa,
+            stats: self.stats,
+        })
+    }
+
+    /// Switch the matching instruction set (the table is unchanged: every instruction set gives the
+    /// same results, so a warmed cache can be measured with each).
+    pub fn set_isa(&mut self, isa: Isa) {
+        self.isa = isa;
+    }
+
     /// The policy (and its parameters).
     pub fn policy(&self) -> &P {
         &self.policy
@@ -442,34 +474,6 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
 
     // ---- kernels (generic over the matcher) ----------------------------------------------------
 
-    /// Match `fp` in candidates `c`, check candidates in slot order, apply the hit policy.
-    #[inline(always)]
-    fn probe<M: Matcher>(
-        &mut self,
-        m: M,
-        c: [usize; 2],
-        fp: u16,
-        mut check: impl FnMut(u16) -> bool,
-    ) -> Option<u16> {
-        let mut mask = <D as design::sealed::Layout>::mask(m, &self.table.words, c, fp);
-        while mask != 0 {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            let (b, s) = (c[i / D::WAYS], i % D::WAYS);
-            let v = self.table.value(b, s);
-            if check(v) {
-                self.stats.hits += 1;
-                if self.policy.on_hit(&self.table, &mut self.rng, b, s) {
-                    self.stats.promotions += 1;
-                }
-                return Some(v);
-            }
-            self.stats.rejected += 1;
-        }
-        self.stats.misses += 1;
-        None
-    }
-
     #[inline(always)]
     fn lookup_m<M: Matcher>(
         &mut self,
@@ -478,7 +482,16 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
         check: impl FnMut(u16) -> bool,
     ) -> Option<u16> {
         let c = <D as design::sealed::Layout>::candidates(hash, self.table.n);
-        self.probe(m, c, fingerprint(hash), check)
+        probe(
+            &self.table,
+            &mut self.policy,
+            &mut self.rng,
+            &mut self.stats,
+            m,
+            c,
+            fingerprint(hash),
+            check,
+        )
     }
 
     #[inline(always)]
@@ -489,18 +502,33 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
         mut check: impl FnMut(usize, u16) -> bool,
         out: &mut [Option<u16>],
     ) {
-        let n = self.table.n;
+        // The generator and the counters live in locals for the whole batch, so they stay in
+        // registers instead of making every hit a load and store through `self`.
+        let FlowCache {
+            table,
+            policy,
+            rng,
+            stats,
+            ..
+        } = self;
+        let mut r = rng.clone();
+        let mut st = *stats;
+        let n = table.n;
         for (k, (hs, os)) in hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)).enumerate() {
             let mut cand = [[0usize; 2]; BATCH];
             for (c, &h) in cand.iter_mut().zip(hs) {
                 *c = <D as design::sealed::Layout>::candidates(h, n);
-                <D as design::sealed::Layout>::prefetch(&self.table.words, *c);
+                <D as design::sealed::Layout>::prefetch(&table.words, *c);
             }
             for (j, ((o, &h), &c)) in os.iter_mut().zip(hs).zip(&cand).enumerate() {
                 let idx = k * BATCH + j;
-                *o = self.probe(m, c, fingerprint(h), |v| check(idx, v));
+                *o = probe(table, policy, &mut r, &mut st, m, c, fingerprint(h), |v| {
+                    check(idx, v)
+                });
             }
         }
+        *rng = r;
+        *stats = st;
     }
 
     #[inline(always)]
@@ -511,7 +539,20 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
         let same = <D as design::sealed::Layout>::mask(m, w, c, fp);
         let r = if same != 0 {
             let i = same.trailing_zeros() as usize;
-            self.table.set_value(c[i / D::WAYS], i % D::WAYS, value);
+            let (b, s) = (c[i / D::WAYS], i % D::WAYS);
+            self.table.set_value(b, s, value);
+            // Any other entry with this fingerprint among the candidates is emptied: it is either
+            // an older copy of this key (inserted again while present) that must not outlive this
+            // one, or another key that collides on the fingerprint (rare: ~m/2^16 per insert).
+            let mut rest = same & (same - 1);
+            while rest != 0 {
+                let j = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                let (bj, sj) = (c[j / D::WAYS], j % D::WAYS);
+                if (bj, sj) != (b, s) {
+                    self.table.set(bj, sj, 0, 0);
+                }
+            }
             self.stats.updated += 1;
             Insert::Updated
         } else {
@@ -575,6 +616,38 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
         }
         None
     }
+}
+
+/// Match `fp` in candidates `c`, check candidates in slot order, apply the hit policy.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn probe<D: Design, P: Policy, M: Matcher>(
+    table: &Table<D>,
+    policy: &mut P,
+    rng: &mut Pcg32,
+    stats: &mut Stats,
+    m: M,
+    c: [usize; 2],
+    fp: u16,
+    mut check: impl FnMut(u16) -> bool,
+) -> Option<u16> {
+    let mut mask = <D as design::sealed::Layout>::mask(m, &table.words, c, fp);
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let (b, s) = (c[i / D::WAYS], i % D::WAYS);
+        let v = table.value(b, s);
+        if check(v) {
+            stats.hits += 1;
+            if policy.on_hit(table, rng, b, s) {
+                stats.promotions += 1;
+            }
+            return Some(v);
+        }
+        stats.rejected += 1;
+    }
+    stats.misses += 1;
+    None
 }
 
 impl<D: Design, P: Policy> fmt::Debug for FlowCache<D, P> {

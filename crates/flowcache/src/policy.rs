@@ -143,8 +143,11 @@ impl sealed::Hooks for Pblru {
 
     #[inline(always)]
     fn on_hit<D: Design>(&mut self, t: &Table<D>, rng: &mut Pcg32, b: usize, s: usize) -> bool {
-        // Slot 0 cannot move up: skip the random draw.
-        if s > 0 && (rng.next_u32() as u64) < self.threshold {
+        // Draw on every hit and fold "slot 0 cannot move up" into the number (bit 32 set for slot 0
+        // puts it above any threshold), so the only branch is the one taken on about one hit in N:
+        // a branch on `s > 0` would be mispredicted on a large share of hits.
+        let x = rng.next_u32() as u64 | ((s == 0) as u64) << 32;
+        if x < self.threshold {
             t.swap(b, s, s - 1);
             true
         } else {
@@ -206,12 +209,10 @@ impl sealed::Hooks for DcBubble {
         if *w & m == 0 {
             *w |= m;
         }
-        if s > 0 {
-            t.swap(b, s, s - 1);
-            true
-        } else {
-            false
-        }
+        // Branch-free: slot 0 "swaps" with itself (a write that changes nothing), because a branch
+        // on `s > 0` would be mispredicted on a large share of hits.
+        t.swap(b, s, s.saturating_sub(1));
+        s > 0
     }
 
     #[inline]
