@@ -27,10 +27,10 @@ pub trait Layout: sealed::Sealed + Send + Sync + 'static {
     type Value: Copy;
     /// A key prepared for lookups: its hash and encoded form.
     #[doc(hidden)]
-    type Probe: Copy;
+    type Probe: Copy + Default;
     /// A slot's value words as read (decoded only after the read validated).
     #[doc(hidden)]
-    type Raw: Copy;
+    type Raw: Copy + Default;
 
     /// Words per slot.
     #[doc(hidden)]
@@ -43,6 +43,20 @@ pub trait Layout: sealed::Sealed + Send + Sync + 'static {
     /// If `slot` holds the probe's key, its raw value.
     #[doc(hidden)]
     fn matches(&self, slot: &[AtomicU64], p: &Self::Probe) -> Option<Self::Raw>;
+    /// Search a whole bucket (`SLOTS * stride` words): whether the key is there and its raw value.
+    /// Layouts override this with a branch-free version where they can: on the lookup path a
+    /// data-dependent early exit mispredicts about half the time, right after a cache miss.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn scan(&self, bucket: &[AtomicU64], p: &Self::Probe) -> (bool, Self::Raw) {
+        let stride = self.stride();
+        for slot in bucket.chunks_exact(stride) {
+            if let Some(raw) = self.matches(slot, p) {
+                return (true, raw);
+            }
+        }
+        (false, Self::Raw::default())
+    }
     #[doc(hidden)]
     fn decode(&self, raw: Self::Raw) -> Self::Value;
     #[doc(hidden)]
@@ -80,7 +94,7 @@ pub struct Compact;
 /// Largest key the compact layout stores (48 bits).
 pub const COMPACT_MAX_KEY: u64 = (1 << 48) - 1;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 #[doc(hidden)]
 pub struct CompactProbe {
     hash: u64,
@@ -120,6 +134,19 @@ impl Layout for Compact {
         // Same key bits and a non-zero (occupied) low half: d in 1..=0xFFFF.
         let d = w ^ p.key_hi;
         (d.wrapping_sub(1) < 0xFFFF).then_some(d)
+    }
+
+    #[inline(always)]
+    fn scan(&self, bucket: &[AtomicU64], p: &CompactProbe) -> (bool, u64) {
+        // All four slots, no early exit. A slot holds the key iff `w ^ key_hi` is in 1..=0xFFFF
+        // (same key bits, occupied), i.e. iff `(w ^ key_hi) - 1 < 0xFFFF`; the unsigned minimum of
+        // that over the bucket is below 0xFFFF iff some slot matches, and then it is that slot's
+        // value (at most one slot holds the key in a consistent read; an inconsistent one is
+        // discarded by validation). Compiles to loads, xors and conditional moves.
+        let b = &bucket[..crate::table::SLOTS];
+        let m = |w: &AtomicU64| (w.load(Relaxed) ^ p.key_hi).wrapping_sub(1);
+        let best = m(&b[0]).min(m(&b[1])).min(m(&b[2]).min(m(&b[3])));
+        (best < 0xFFFF, best.wrapping_add(1))
     }
 
     #[inline(always)]
@@ -272,7 +299,7 @@ impl<K: FixedBytes, V: FixedBytes> General<K, V> {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 #[doc(hidden)]
 pub struct GeneralProbe {
     hash: u64,

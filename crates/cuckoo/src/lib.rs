@@ -8,7 +8,7 @@
 //! optimisations:
 //!
 //! * **§3.2, memory ordering**: readers take no lock and execute no atomic read-modify-write; striped
-//!   version counters (4096 by default), odd while the single writer changes a bucket, let them detect
+//!   version counters ([`STRIPES`] = 4096), odd while the single writer changes a bucket, let them detect
 //!   a concurrent change and retry. Written with `Acquire`/`Release` atomics and fences, so it is
 //!   correct on any CPU and compiles to plain loads and stores on x86 (see `table.rs` for the
 //!   argument, `tests/loom_version.rs` for the model check).
@@ -62,7 +62,7 @@ use std::fmt;
 
 pub use fp_mem::{PageKind, PagePolicy};
 pub use layout::{Compact, FixedBytes, General, Layout, COMPACT_MAX_KEY};
-pub use table::{Prefetch, CHUNK, SLOTS};
+pub use table::{Prefetch, CHUNK, SLOTS, STRIPES};
 
 use table::{RawTable, Search, Shared};
 
@@ -78,8 +78,6 @@ pub struct Config {
     pub seed: u64,
     /// Page policy for the table memory.
     pub pages: PagePolicy,
-    /// Number of striped version counters (rounded up to a power of two; "a few thousand", §2.2).
-    pub stripes: usize,
     /// Longest cuckoo path the insert search considers (moves per insert).
     pub max_search_depth: usize,
     /// Most buckets the insert search visits.
@@ -94,7 +92,6 @@ impl Config {
             load_factor: 0.95,
             seed: 0x6a09_e667_f3bc_c908,
             pages: PagePolicy::Auto,
-            stripes: 4096,
             max_search_depth: 5,
             max_search_nodes: 4096,
         }
@@ -236,13 +233,6 @@ fn check(cfg: &Config) -> Result<(), Error> {
             field: "load_factor",
             value: cfg.load_factor.to_string(),
             why: "must be in (0.05, 1]",
-        });
-    }
-    if cfg.stripes == 0 || cfg.stripes > 1 << 24 {
-        return Err(Error::Config {
-            field: "stripes",
-            value: cfg.stripes.to_string(),
-            why: "must be in 1..=16777216",
         });
     }
     if cfg.max_search_depth == 0 || cfg.max_search_depth > 64 {

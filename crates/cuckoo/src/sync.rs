@@ -25,32 +25,18 @@ pub(crate) fn spin() {
 /// Storage for `n` zeroed atomic words: huge pages normally, a plain vector of loom atomics under loom.
 #[cfg(not(loom))]
 pub(crate) type Words = fp_mem::HugeArray<AtomicU64>;
-#[cfg(not(loom))]
-pub(crate) type Counters = fp_mem::HugeArray<AtomicU32>;
 
 #[cfg(loom)]
 pub(crate) type Words = Box<[AtomicU64]>;
-#[cfg(loom)]
-pub(crate) type Counters = Box<[AtomicU32]>;
 
 #[cfg(not(loom))]
 pub(crate) fn alloc_words(n: usize, pages: fp_mem::PagePolicy) -> Result<Words, fp_mem::MemError> {
     fp_mem::HugeArray::new(n, pages)
 }
 
-#[cfg(not(loom))]
-pub(crate) fn alloc_counters(n: usize) -> Counters {
-    fp_mem::HugeArray::new(n, fp_mem::PagePolicy::Normal).expect("small counter array")
-}
-
 #[cfg(loom)]
 pub(crate) fn alloc_words(n: usize, _pages: fp_mem::PagePolicy) -> Result<Words, fp_mem::MemError> {
     Ok((0..n).map(|_| AtomicU64::new(0)).collect())
-}
-
-#[cfg(loom)]
-pub(crate) fn alloc_counters(n: usize) -> Counters {
-    (0..n).map(|_| AtomicU32::new(0)).collect()
 }
 
 /// Which pages back the storage.

@@ -3,7 +3,7 @@
 //!
 //! # The version protocol (§3.2), with Rust atomics
 //!
-//! Each bucket maps to one of `STRIPES` version counters (`bucket & (STRIPES - 1)`). The writer, before
+//! Each bucket maps to one of [`STRIPES`] version counters (`bucket % STRIPES`). The writer, before
 //! changing any slot of a bucket, makes its counter odd, and after the change makes it even again:
 //!
 //! ```text
@@ -36,13 +36,19 @@
 //! no path changes nothing and reports [`InsertError::Full`].
 
 use crate::layout::{Layout, MAX_WORDS};
-use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Counters, Ordering, Words};
+use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
 use crate::{Config, InsertError, Stats};
 
 /// Slots per bucket (the "4" of 2,4 cuckoo hashing).
 pub const SLOTS: usize = 4;
 /// Keys looked up together in one two-round prefetching pass; longer batches are processed in chunks.
 pub const CHUNK: usize = 32;
+/// Number of striped version counters: "a few thousand" (§2.2), 16 KiB, fits in L1/L2. A constant, so
+/// the masked index needs no bounds check. Tiny under loom to keep the model small.
+#[cfg(not(loom))]
+pub const STRIPES: usize = 4096;
+#[cfg(loom)]
+pub const STRIPES: usize = 8;
 
 /// Lookup strategy for [`RawTable::get_batch`]; the factor analysis of the benchmark compares them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -58,15 +64,30 @@ pub enum Prefetch {
 pub(crate) struct RawTable<L: Layout> {
     pub(crate) layout: L,
     words: Words,
-    versions: Counters,
-    stripe_mask: usize,
+    versions: Box<[AtomicU32; STRIPES]>,
     n_buckets: u64,
-    stride: usize,
     seed: u64,
     len: AtomicUsize,
     max_depth: usize,
     max_nodes: usize,
 }
+
+/// A borrowed view of the table for one operation: the slices and constants the hot loops need, held
+/// in registers instead of re-derived from `RawTable`'s owners on every access.
+struct View<'a, L: Layout> {
+    layout: &'a L,
+    words: &'a [AtomicU64],
+    versions: &'a [AtomicU32; STRIPES],
+    n_buckets: u64,
+    seed: u64,
+}
+
+impl<L: Layout> Clone for View<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<L: Layout> Copy for View<'_, L> {}
 
 #[derive(Clone, Copy)]
 struct Node {
@@ -97,6 +118,178 @@ impl Search {
     }
 }
 
+impl<'a, L: Layout> View<'a, L> {
+    /// The two candidate buckets: `b1` uniform over all buckets, `b2` uniform over the others (drawn
+    /// from the other half of the hash over `n - 1` buckets, then shifted past `b1`), so they always
+    /// differ, without a branch.
+    #[inline(always)]
+    fn buckets(&self, hash: u64) -> (u64, u64) {
+        let b1 = fp_hash::reduce(hash, self.n_buckets);
+        let b2 = fp_hash::reduce(hash.rotate_left(32), self.n_buckets - 1);
+        (b1, b2 + (b2 >= b1) as u64)
+    }
+
+    /// All slots of a bucket (one bounds check).
+    #[inline(always)]
+    fn bucket(&self, bucket: u64) -> &'a [AtomicU64] {
+        let len = SLOTS * self.layout.stride();
+        let start = bucket as usize * len;
+        &self.words[start..start + len]
+    }
+
+    #[inline(always)]
+    fn slot(&self, bucket: u64, s: usize) -> &'a [AtomicU64] {
+        let stride = self.layout.stride();
+        &self.bucket(bucket)[s * stride..s * stride + stride]
+    }
+
+    #[inline(always)]
+    fn version(&self, bucket: u64) -> &'a AtomicU32 {
+        &self.versions[bucket as usize % STRIPES]
+    }
+
+    #[inline(always)]
+    fn prefetch_bucket(&self, bucket: u64) {
+        let bytes = SLOTS * self.layout.stride() * 8;
+        let p = self
+            .words
+            .as_ptr()
+            .wrapping_add(bucket as usize * SLOTS * self.layout.stride())
+            as *const u8;
+        fp_hash::prefetch_read(p);
+        // Compact buckets are 32 bytes at 32-byte aligned offsets: one line. A general-layout bucket
+        // may span two or three lines.
+        if bytes > 32 {
+            let mut off = 64 - (p as usize & 63);
+            while off < bytes {
+                fp_hash::prefetch_read(p.wrapping_add(off));
+                off += 64;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn find_in(&self, bucket: u64, p: &L::Probe) -> (bool, L::Raw) {
+        self.layout.scan(self.bucket(bucket), p)
+    }
+
+    #[inline(always)]
+    fn probe(&self, key: &L::Key) -> Option<L::Probe> {
+        self.layout.probe(self.seed, key)
+    }
+
+    /// Optimistic single-key lookup (Algorithm 2's OptimizedLookup).
+    #[inline]
+    fn get_probe(&self, p: &L::Probe) -> Option<L::Value> {
+        let (b1, b2) = self.buckets(L::probe_hash(p));
+        let (c1, c2) = (self.version(b1), self.version(b2));
+        loop {
+            let v1 = c1.load(Ordering::Acquire);
+            let v2 = c2.load(Ordering::Acquire);
+            if (v1 | v2) & 1 != 0 {
+                sync::spin();
+                continue;
+            }
+            let (mut hit, mut raw) = self.find_in(b1, p);
+            if !hit {
+                (hit, raw) = self.find_in(b2, p);
+            }
+            fence(Ordering::Acquire);
+            if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
+                return hit.then(|| self.layout.decode(raw));
+            }
+        }
+    }
+
+    /// One chunk of a batched lookup: Algorithm 3 with per-key re-validation (a key whose versions
+    /// moved is looked up again alone, instead of retrying the whole batch). Per-lane state is plain
+    /// data plus bitmasks (no `Option` arrays), so initialising it costs a few vector stores; the
+    /// hot loops are free of data-dependent branches, which would mispredict right after a miss.
+    #[inline]
+    fn get_chunk(&self, keys: &[L::Key], out: &mut [Option<L::Value>], mode: Prefetch) {
+        let n = keys.len().min(CHUNK);
+        let (keys, out) = (&keys[..n], &mut out[..n]);
+        let mut probes = [L::Probe::default(); CHUNK];
+        let mut bk = [(0u64, 0u64); CHUNK];
+        let mut vers = [0u64; CHUNK];
+        let mut raw = [L::Raw::default(); CHUNK];
+        let mut valid = 0u64; // keys the layout can hold at all
+        let mut found = 0u64;
+        // Round 0: hash everything, prefetch every first bucket, snapshot both versions (before any
+        // bucket of the key is read, as the protocol requires).
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(p) = self.probe(k) {
+                valid |= 1 << i;
+                let (b1, b2) = self.buckets(L::probe_hash(&p));
+                if mode == Prefetch::TwoRound {
+                    self.prefetch_bucket(b1);
+                }
+                vers[i] = self.versions_of(b1, b2);
+                bk[i] = (b1, b2);
+                probes[i] = p;
+            }
+        }
+        // Round 1: read first buckets; prefetch second buckets of the misses.
+        for i in 0..n {
+            let (b1, b2) = bk[i];
+            let (hit, r) = self.find_in(b1, &probes[i]);
+            raw[i] = r;
+            found |= (hit as u64) << i;
+            if mode == Prefetch::TwoRound {
+                // Chosen without a branch: re-prefetching the first bucket (in L1) costs nothing.
+                self.prefetch_bucket(if hit { b1 } else { b2 });
+            }
+        }
+        // Round 2: second buckets of the misses.
+        let mut m = valid & !found & low_bits(n);
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            let (hit, r) = self.find_in(bk[i].1, &probes[i]);
+            raw[i] = r;
+            found |= (hit as u64) << i;
+        }
+        // Validate: versions even and unchanged since round 0.
+        fence(Ordering::Acquire);
+        let mut bad = 0u64;
+        for (i, o) in out.iter_mut().enumerate() {
+            let (b1, b2) = bk[i];
+            let stable = vers[i] == self.versions_of(b1, b2) && vers[i] & ODD == 0;
+            bad |= (!stable as u64) << i;
+            let hit = (valid & found) >> i & 1 != 0;
+            *o = hit.then(|| self.layout.decode(raw[i]));
+        }
+        // Rare: a writer touched the key's buckets while we read them. Look it up again alone.
+        let mut m = bad & valid;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            out[i] = self.get_probe(&probes[i]);
+        }
+    }
+
+    /// Both buckets' version counters in one word (`v1 | v2 << 32`), `Acquire` loads.
+    #[inline(always)]
+    fn versions_of(&self, b1: u64, b2: u64) -> u64 {
+        let v1 = self.version(b1).load(Ordering::Acquire);
+        let v2 = self.version(b2).load(Ordering::Acquire);
+        v1 as u64 | (v2 as u64) << 32
+    }
+}
+
+/// The odd bits of both halves of a [`View::versions_of`] word.
+const ODD: u64 = 1 | 1 << 32;
+
+/// A mask of the low `n` bits (`n <= 64`).
+#[inline(always)]
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
 impl<L: Layout> RawTable<L> {
     pub(crate) fn new(layout: L, cfg: &Config) -> Result<Self, crate::Error> {
         let stride = layout.stride();
@@ -109,19 +302,12 @@ impl<L: Layout> RawTable<L> {
                     capacity: cfg.capacity,
                 })?;
         let words = sync::alloc_words(n_words, cfg.pages)?;
-        // More counters than buckets would only cost memory.
-        let stripes = cfg
-            .stripes
-            .next_power_of_two()
-            .min(prev_power_of_two(n_buckets as usize));
-        let versions = sync::alloc_counters(stripes);
+        let versions = Box::new(std::array::from_fn(|_| AtomicU32::new(0)));
         Ok(RawTable {
             layout,
             words,
             versions,
-            stripe_mask: stripes - 1,
             n_buckets,
-            stride,
             seed: cfg.seed,
             len: AtomicUsize::new(0),
             max_depth: cfg.max_search_depth,
@@ -130,77 +316,20 @@ impl<L: Layout> RawTable<L> {
     }
 
     #[inline(always)]
-    fn buckets(&self, hash: u64) -> (u64, u64) {
-        let b1 = fp_hash::reduce(hash, self.n_buckets);
-        let mut b2 = fp_hash::reduce(hash.rotate_left(32), self.n_buckets);
-        if b2 == b1 {
-            b2 = if b1 + 1 == self.n_buckets { 0 } else { b1 + 1 };
-        }
-        (b1, b2)
-    }
-
-    #[inline(always)]
-    fn slot(&self, bucket: u64, s: usize) -> &[AtomicU64] {
-        let start = (bucket as usize * SLOTS + s) * self.stride;
-        &self.words[start..start + self.stride]
-    }
-
-    #[inline(always)]
-    fn version(&self, bucket: u64) -> &AtomicU32 {
-        &self.versions[bucket as usize & self.stripe_mask]
-    }
-
-    #[inline(always)]
-    fn prefetch_bucket(&self, bucket: u64) {
-        let bytes = SLOTS * self.stride * 8;
-        let start = bucket as usize * SLOTS * self.stride;
-        let p = self.words.as_ptr().wrapping_add(start) as *const u8;
-        fp_hash::prefetch_read(p);
-        // A general-layout bucket may span two or three cache lines.
-        let mut off = 64 - (p as usize & 63);
-        while off < bytes {
-            fp_hash::prefetch_read(p.wrapping_add(off));
-            off += 64;
-        }
-    }
-
-    #[inline(always)]
-    fn find_in(&self, bucket: u64, p: &L::Probe) -> Option<L::Raw> {
-        for s in 0..SLOTS {
-            if let Some(raw) = self.layout.matches(self.slot(bucket, s), p) {
-                return Some(raw);
-            }
-        }
-        None
-    }
-
-    pub(crate) fn probe(&self, key: &L::Key) -> Option<L::Probe> {
-        self.layout.probe(self.seed, key)
-    }
-
-    /// Optimistic single-key lookup (Algorithm 2's OptimizedLookup).
-    #[inline]
-    pub(crate) fn get_probe(&self, p: &L::Probe) -> Option<L::Value> {
-        let (b1, b2) = self.buckets(L::probe_hash(p));
-        let (c1, c2) = (self.version(b1), self.version(b2));
-        loop {
-            let v1 = c1.load(Ordering::Acquire);
-            let v2 = c2.load(Ordering::Acquire);
-            if (v1 | v2) & 1 != 0 {
-                sync::spin();
-                continue;
-            }
-            let r = self.find_in(b1, p).or_else(|| self.find_in(b2, p));
-            fence(Ordering::Acquire);
-            if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
-                return r.map(|raw| self.layout.decode(raw));
-            }
+    fn view(&self) -> View<'_, L> {
+        View {
+            layout: &self.layout,
+            words: &self.words,
+            versions: &self.versions,
+            n_buckets: self.n_buckets,
+            seed: self.seed,
         }
     }
 
     pub(crate) fn get(&self, key: &L::Key) -> Option<L::Value> {
-        let p = self.probe(key)?;
-        self.get_probe(&p)
+        let v = self.view();
+        let p = v.probe(key)?;
+        v.get_probe(&p)
     }
 
     /// Batched lookup with two-round prefetching (Algorithm 3), any number of keys (dynamic
@@ -211,77 +340,9 @@ impl<L: Layout> RawTable<L> {
             out.len(),
             "get_batch: keys and out differ in length"
         );
+        let v = self.view();
         for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            self.get_chunk(k, o, mode);
-        }
-    }
-
-    #[inline]
-    fn get_chunk(&self, keys: &[L::Key], out: &mut [Option<L::Value>], mode: Prefetch) {
-        let n = keys.len();
-        debug_assert!(n <= CHUNK);
-        let mut probes: [Option<L::Probe>; CHUNK] = [None; CHUNK];
-        let mut bk = [(0u64, 0u64); CHUNK];
-        // Round 0: hash everything, prefetch every first bucket.
-        for i in 0..n {
-            probes[i] = self.probe(&keys[i]);
-            if let Some(p) = &probes[i] {
-                bk[i] = self.buckets(L::probe_hash(p));
-                if mode == Prefetch::TwoRound {
-                    self.prefetch_bucket(bk[i].0);
-                }
-            }
-        }
-        // Snapshot versions; round 1: read first buckets, prefetch second buckets of the misses.
-        let mut vers = [(0u32, 0u32); CHUNK];
-        let mut raw: [Option<L::Raw>; CHUNK] = [None; CHUNK];
-        let mut retry = 0u64; // keys to redo one by one (odd version seen)
-        let mut second = 0u64; // keys that must read their second bucket
-        for i in 0..n {
-            if probes[i].is_none() {
-                continue;
-            }
-            let (b1, b2) = bk[i];
-            let v1 = self.version(b1).load(Ordering::Acquire);
-            let v2 = self.version(b2).load(Ordering::Acquire);
-            vers[i] = (v1, v2);
-            if (v1 | v2) & 1 != 0 {
-                retry |= 1 << i;
-                continue;
-            }
-            let p = probes[i].as_ref().expect("checked");
-            raw[i] = self.find_in(b1, p);
-            if raw[i].is_none() {
-                second |= 1 << i;
-                if mode == Prefetch::TwoRound {
-                    self.prefetch_bucket(b2);
-                }
-            }
-        }
-        // Round 2: second buckets.
-        let mut m = second;
-        while m != 0 {
-            let i = m.trailing_zeros() as usize;
-            m &= m - 1;
-            let p = probes[i].as_ref().expect("checked");
-            raw[i] = self.find_in(bk[i].1, p);
-        }
-        // Validate: any key whose bucket versions moved is looked up again alone.
-        fence(Ordering::Acquire);
-        for i in 0..n {
-            let Some(p) = probes[i].as_ref() else {
-                out[i] = None;
-                continue;
-            };
-            let (b1, b2) = bk[i];
-            let ok = retry & (1 << i) == 0
-                && self.version(b1).load(Ordering::Relaxed) == vers[i].0
-                && self.version(b2).load(Ordering::Relaxed) == vers[i].1;
-            out[i] = if ok {
-                raw[i].map(|r| self.layout.decode(r))
-            } else {
-                self.get_probe(p)
-            };
+            v.get_chunk(k, o, mode);
         }
     }
 
@@ -290,28 +351,39 @@ impl<L: Layout> RawTable<L> {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let table_bytes = self.words.len() * 8;
-        let version_bytes = self.versions.len() * 4;
         Stats {
             len: self.len(),
             slots: self.n_buckets as usize * SLOTS,
             buckets: self.n_buckets as usize,
-            table_bytes,
-            version_bytes,
-            stripes: self.versions.len(),
-            slot_bytes: self.stride * 8,
+            table_bytes: self.words.len() * 8,
+            version_bytes: STRIPES * 4,
+            stripes: STRIPES,
+            slot_bytes: self.layout.stride() * 8,
             payload_bytes: self.layout.payload_bytes(),
             pages: sync::page_kind(&self.words),
         }
     }
 
+    pub(crate) fn candidate_buckets(&self, key: &L::Key) -> Option<(usize, usize)> {
+        let v = self.view();
+        let p = v.probe(key)?;
+        let (b1, b2) = v.buckets(L::probe_hash(&p));
+        Some((b1 as usize, b2 as usize))
+    }
+
+    pub(crate) fn n_buckets(&self) -> usize {
+        self.n_buckets as usize
+    }
+
     // ---------------------------------------------------------------------------------------------
     // Writer side. Only `Writer` calls these (it is the single writer: `&mut self` on every method).
 
-    /// Make the counters of `a` and `b` odd (once if they share a stripe). Returns the old values.
+    /// Make the counters of buckets `a` and `b` odd (once if they share a stripe). Returns the old
+    /// values.
     #[inline]
     fn lock(&self, a: u64, b: u64) -> (u32, Option<u32>) {
-        let (ca, cb) = (self.version(a), self.version(b));
+        let v = self.view();
+        let (ca, cb) = (v.version(a), v.version(b));
         let va = ca.load(Ordering::Relaxed);
         ca.store(va.wrapping_add(1), Ordering::Relaxed);
         let vb = if std::ptr::eq(ca, cb) {
@@ -327,24 +399,36 @@ impl<L: Layout> RawTable<L> {
 
     #[inline]
     fn unlock(&self, a: u64, b: u64, old: (u32, Option<u32>)) {
-        self.version(a)
-            .store(old.0.wrapping_add(2), Ordering::Release);
+        let v = self.view();
+        v.version(a).store(old.0.wrapping_add(2), Ordering::Release);
         if let Some(vb) = old.1 {
-            self.version(b).store(vb.wrapping_add(2), Ordering::Release);
+            v.version(b).store(vb.wrapping_add(2), Ordering::Release);
         }
     }
 
+    /// Write one slot inside an odd-version window of its bucket.
+    fn write_slot(&self, bucket: u64, s: usize, words: &[u64]) {
+        let old = self.lock(bucket, bucket);
+        self.store_slot(bucket, s, words);
+        self.unlock(bucket, bucket, old);
+    }
+
     fn store_slot(&self, bucket: u64, s: usize, words: &[u64]) {
-        for (w, &x) in self.slot(bucket, s).iter().zip(words) {
+        for (w, &x) in self.view().slot(bucket, s).iter().zip(words) {
             w.store(x, Ordering::Relaxed);
         }
     }
 
+    fn clear_slot(&self, bucket: u64, s: usize) {
+        self.store_slot(bucket, s, &[0u64; MAX_WORDS][..self.layout.stride()]);
+    }
+
     fn writer_find(&self, p: &L::Probe) -> Option<(u64, usize, L::Raw)> {
-        let (b1, b2) = self.buckets(L::probe_hash(p));
+        let v = self.view();
+        let (b1, b2) = v.buckets(L::probe_hash(p));
         for b in [b1, b2] {
             for s in 0..SLOTS {
-                if let Some(raw) = self.layout.matches(self.slot(b, s), p) {
+                if let Some(raw) = self.layout.matches(v.slot(b, s), p) {
                     return Some((b, s, raw));
                 }
             }
@@ -353,7 +437,13 @@ impl<L: Layout> RawTable<L> {
     }
 
     fn free_slot(&self, b: u64) -> Option<usize> {
-        (0..SLOTS).find(|&s| self.layout.is_empty(self.slot(b, s)))
+        let v = self.view();
+        (0..SLOTS).find(|&s| self.layout.is_empty(v.slot(b, s)))
+    }
+
+    fn add_len(&self, d: isize) {
+        let n = self.len.load(Ordering::Relaxed);
+        self.len.store(n.wrapping_add_signed(d), Ordering::Relaxed);
     }
 
     /// Insert or overwrite. Returns the previous value if the key was present.
@@ -363,28 +453,24 @@ impl<L: Layout> RawTable<L> {
         key: &L::Key,
         value: &L::Value,
     ) -> Result<Option<L::Value>, InsertError> {
-        let p = self.probe(key).ok_or(InsertError::KeyOutOfRange)?;
+        let v = self.view();
+        let p = v.probe(key).ok_or(InsertError::KeyOutOfRange)?;
         let mut enc = [0u64; MAX_WORDS];
         self.layout.encode(&p, key, value, &mut enc)?;
-        let enc = &enc[..self.stride];
+        let enc = &enc[..self.layout.stride()];
         // In-place update of an existing key.
         if let Some((b, s, raw)) = self.writer_find(&p) {
-            let old = self.lock(b, b);
-            self.store_slot(b, s, enc);
-            self.unlock(b, b, old);
+            self.write_slot(b, s, enc);
             return Ok(Some(self.layout.decode(raw)));
         }
-        let (b1, b2) = self.buckets(L::probe_hash(&p));
+        let (b1, b2) = v.buckets(L::probe_hash(&p));
         let (b, s) = match (self.free_slot(b1), self.free_slot(b2)) {
             (Some(s), _) => (b1, s),
             (None, Some(s)) => (b2, s),
             (None, None) => self.make_room(search, b1, b2)?,
         };
-        let old = self.lock(b, b);
-        self.store_slot(b, s, enc);
-        self.unlock(b, b, old);
-        self.len
-            .store(self.len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.write_slot(b, s, enc);
+        self.add_len(1);
         Ok(None)
     }
 
@@ -394,7 +480,7 @@ impl<L: Layout> RawTable<L> {
         key: &L::Key,
         value: &L::Value,
     ) -> Result<Option<L::Value>, InsertError> {
-        let Some(p) = self.probe(key) else {
+        let Some(p) = self.view().probe(key) else {
             return Ok(None);
         };
         let mut enc = [0u64; MAX_WORDS];
@@ -402,21 +488,18 @@ impl<L: Layout> RawTable<L> {
         let Some((b, s, raw)) = self.writer_find(&p) else {
             return Ok(None);
         };
-        let old = self.lock(b, b);
-        self.store_slot(b, s, &enc[..self.stride]);
-        self.unlock(b, b, old);
+        self.write_slot(b, s, &enc[..self.layout.stride()]);
         Ok(Some(self.layout.decode(raw)))
     }
 
     /// Remove a key. Returns its value if it was present.
     pub(crate) fn remove(&self, key: &L::Key) -> Option<L::Value> {
-        let p = self.probe(key)?;
+        let p = self.view().probe(key)?;
         let (b, s, raw) = self.writer_find(&p)?;
         let old = self.lock(b, b);
-        self.store_slot(b, s, &[0u64; MAX_WORDS][..self.stride]);
+        self.clear_slot(b, s);
         self.unlock(b, b, old);
-        self.len
-            .store(self.len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        self.add_len(-1);
         Some(self.layout.decode(raw))
     }
 
@@ -431,7 +514,7 @@ impl<L: Layout> RawTable<L> {
         b2: u64,
     ) -> Result<(u64, usize), InsertError> {
         let (found, free_slot) = self.bfs(search, b1, b2).ok_or(InsertError::Full)?;
-        // Path as (bucket, slot) pairs from the root slot to the free slot.
+        // Path as (bucket, slot) pairs from the free slot back to the root slot.
         let q = &search.queue;
         search.path.clear();
         search.path.push((q[found].bucket, free_slot));
@@ -443,17 +526,20 @@ impl<L: Layout> RawTable<L> {
                 .push((q[parent].bucket, q[n].slot_in_parent as usize));
             n = parent;
         }
-        // path[0] is the free slot at the end, path[last] the root slot to free. Move backwards.
+        // path[0] is the free slot at the end, path[last] the root slot to free. Move backwards:
+        // each entry is copied into the free slot, then its old slot is cleared, inside one
+        // odd-version window over both buckets.
+        let v = self.view();
         let mut buf = [0u64; MAX_WORDS];
         for i in 0..search.path.len() - 1 {
             let (to_b, to_s) = search.path[i];
             let (from_b, from_s) = search.path[i + 1];
-            for (d, w) in buf.iter_mut().zip(self.slot(from_b, from_s)) {
+            for (d, w) in buf.iter_mut().zip(v.slot(from_b, from_s)) {
                 *d = w.load(Ordering::Relaxed);
             }
             let old = self.lock(from_b, to_b);
-            self.store_slot(to_b, to_s, &buf[..self.stride]);
-            self.store_slot(from_b, from_s, &[0u64; MAX_WORDS][..self.stride]);
+            self.store_slot(to_b, to_s, &buf[..self.layout.stride()]);
+            self.clear_slot(from_b, from_s);
             self.unlock(from_b, to_b, old);
         }
         let moved = search.path.len() - 1;
@@ -465,6 +551,7 @@ impl<L: Layout> RawTable<L> {
     /// Breadth-first search over buckets. Returns the queue index of the first bucket with a free
     /// slot and that slot. Shortest paths never visit a bucket twice, so the path is valid.
     fn bfs(&self, search: &mut Search, b1: u64, b2: u64) -> Option<(usize, usize)> {
+        let v = self.view();
         let q = &mut search.queue;
         q.clear();
         q.push(Node {
@@ -492,10 +579,10 @@ impl<L: Layout> RawTable<L> {
                     if q.len() >= self.max_nodes {
                         break;
                     }
-                    let h = self.layout.slot_hash(self.seed, self.slot(node.bucket, s));
-                    let (x1, x2) = self.buckets(h);
+                    let h = self.layout.slot_hash(self.seed, v.slot(node.bucket, s));
+                    let (x1, x2) = v.buckets(h);
                     let alt = if x1 == node.bucket { x2 } else { x1 };
-                    self.prefetch_bucket(alt);
+                    v.prefetch_bucket(alt);
                     q.push(Node {
                         bucket: alt,
                         parent: head as u32,
@@ -517,26 +604,26 @@ impl<L: Layout> RawTable<L> {
         count: usize,
         mut f: impl FnMut(&L::Key, &L::Value) -> bool,
     ) -> usize {
+        let v = self.view();
         let n = self.n_buckets as usize;
         let mut b = start % n.max(1);
         for _ in 0..count.min(n) {
             for s in 0..SLOTS {
-                let slot = self.slot(b as u64, s);
+                let slot = v.slot(b as u64, s);
                 if self.layout.is_empty(slot) {
                     continue;
                 }
                 let key = self.layout.slot_key(slot);
-                let p = self.probe(&key).expect("stored keys are valid");
+                let p = v.probe(&key).expect("stored keys are valid");
                 let raw = self
                     .layout
                     .matches(slot, &p)
                     .expect("slot holds its own key");
                 if !f(&key, &self.layout.decode(raw)) {
                     let old = self.lock(b as u64, b as u64);
-                    self.store_slot(b as u64, s, &[0u64; MAX_WORDS][..self.stride]);
+                    self.clear_slot(b as u64, s);
                     self.unlock(b as u64, b as u64, old);
-                    self.len
-                        .store(self.len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+                    self.add_len(-1);
                 }
             }
             b += 1;
@@ -546,20 +633,6 @@ impl<L: Layout> RawTable<L> {
         }
         b
     }
-
-    pub(crate) fn candidate_buckets(&self, key: &L::Key) -> Option<(usize, usize)> {
-        let p = self.probe(key)?;
-        let (b1, b2) = self.buckets(L::probe_hash(&p));
-        Some((b1 as usize, b2 as usize))
-    }
-
-    pub(crate) fn n_buckets(&self) -> usize {
-        self.n_buckets as usize
-    }
-}
-
-fn prev_power_of_two(n: usize) -> usize {
-    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
 }
 
 pub(crate) type Shared<L> = sync::Arc<RawTable<L>>;

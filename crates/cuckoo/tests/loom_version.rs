@@ -7,7 +7,7 @@
 
 use fp_cuckoo::{CompactMap, Config};
 
-/// A 3-bucket table (12 slots) with distinct version counters per bucket, and keys chosen so that
+/// A 3-bucket table (12 slots) with distinct version counters per bucket (STRIPES is 8 under loom), and keys chosen so that
 /// buckets 0 and 1 are full and inserting `new` forces one displacement from bucket 0 to bucket 2.
 struct Setup {
     moved: u64,
@@ -18,7 +18,6 @@ struct Setup {
 fn cfg() -> Config {
     let mut c = Config::with_capacity(12);
     c.load_factor = 1.0;
-    c.stripes = 4;
     c
 }
 

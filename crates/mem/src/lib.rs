@@ -140,9 +140,9 @@ pub use zero::ZeroInit;
 
 /// A fixed-length array of zero-initialised `T` in (possibly huge) pages. Dereferences to `[T]`.
 pub struct HugeArray<T: ZeroInit> {
+    /// The elements, borrowed from `mem` (kept beside it so `Deref` is two loads, no branch).
+    view: sys::View<T>,
     mem: sys::Mapping,
-    len: usize,
-    _t: std::marker::PhantomData<T>,
 }
 
 /// Arrays smaller than this are put on the heap: a huge page for them would waste memory.
@@ -161,21 +161,18 @@ impl<T: ZeroInit> HugeArray<T> {
         } else {
             sys::Mapping::map(bytes, policy)?
         };
-        Ok(HugeArray {
-            mem,
-            len,
-            _t: std::marker::PhantomData,
-        })
+        let view = sys::View::new(&mem, len);
+        Ok(HugeArray { view, mem })
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.len
+        self.view.len()
     }
 
     /// True when the array has no elements.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.view.len() == 0
     }
 
     /// Bytes of memory reserved for the array (rounded up to the page size used).
@@ -193,14 +190,14 @@ impl<T: ZeroInit> Deref for HugeArray<T> {
     type Target = [T];
     #[inline(always)]
     fn deref(&self) -> &[T] {
-        self.mem.as_slice(self.len)
+        self.view.as_slice()
     }
 }
 
 impl<T: ZeroInit + fmt::Debug> fmt::Debug for HugeArray<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HugeArray")
-            .field("len", &self.len)
+            .field("len", &self.len())
             .field("pages", &self.pages())
             .finish()
     }

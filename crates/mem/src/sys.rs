@@ -121,21 +121,44 @@ impl Mapping {
             Mapping::Heap { .. } => PageKind::Heap,
         }
     }
+}
 
-    /// View the first `len` elements as `&[T]`.
-    #[inline(always)]
-    pub(crate) fn as_slice<T: crate::ZeroInit>(&self, len: usize) -> &[T] {
-        let ptr = match self {
-            Mapping::Mapped { ptr, .. } | Mapping::Heap { ptr, .. } => *ptr,
+/// A typed view of the first `len` elements of a [`Mapping`]: the pointer and length, cached so that
+/// indexing costs no more than indexing a slice.
+pub(crate) struct View<T> {
+    ptr: *const T,
+    len: usize,
+}
+
+// SAFETY: a View is only reachable through a HugeArray<T>, which hands out `&[T]`; sending or sharing
+// it is exactly as safe as sending or sharing `&[T]`, i.e. requires `T: Sync`.
+unsafe impl<T: Sync> Send for View<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for View<T> {}
+
+impl<T: crate::ZeroInit> View<T> {
+    /// `mem` must hold at least `len * size_of::<T>()` bytes aligned for `T` (HugeArray::new ensures
+    /// it), and must outlive the view (HugeArray owns both and drops the view first).
+    pub(crate) fn new(mem: &Mapping, len: usize) -> Self {
+        let ptr = match mem {
+            Mapping::Mapped { ptr, .. } | Mapping::Heap { ptr, .. } => *ptr as *const T,
         };
-        if len == 0 {
-            return &[];
-        }
-        // SAFETY: the constructor (HugeArray::new) reserved at least `len * size_of::<T>()` bytes,
-        // aligned to at least max(64, align_of::<T>()) (mmap returns page-aligned memory; the heap
-        // layout carries that alignment); the bytes are zero-filled, which `T: ZeroInit` guarantees to
-        // be valid values; the slice borrows `self`, so the memory outlives it.
-        unsafe { std::slice::from_raw_parts(ptr as *const T, len) }
+        View { ptr, len }
+    }
+
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: `ptr` is non-null (mmap succeeded, or the heap allocation of at least one byte did).
+        // HugeArray::new reserved at least `len * size_of::<T>()` bytes at `ptr`, aligned to at
+        // least max(64, align_of::<T>()) (mmap is page aligned; the heap layout carries the alignment);
+        // the bytes are zero-filled, which `T: ZeroInit` guarantees are valid values; the mapping
+        // lives as long as the HugeArray that owns this view, and the returned slice borrows it.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 

@@ -1,25 +1,826 @@
-//! `flowplane bench fib` (being written).
+//! `flowplane bench fib`: the CuckooSwitch FIB experiments (CoNEXT 2013 §4.3-4.4) on this machine.
+//!
+//! Cases (`--cases` selects, default all):
+//! * `lookup`: uniform random successful lookups, Mops, for each table size and reader thread count;
+//!   flowplane's compact table with batched two-round prefetching lookups (batch 16) on huge pages,
+//!   next to hashbrown<u64,u64> used read-only (the paper's "immutable table" stand-in) and
+//!   dashmap<u64,u64> (a concurrent map), all on the same keys in the same run.
+//! * `bound`: the machine's random cache-line read rate with prefetching over an array of the table's
+//!   size, divided by 1.5 lines per lookup (§3.4): the physical bound for batched lookups, and how
+//!   close the table gets to it.
+//! * `batch`: lookup Mops against batch size 1..32 (Fig 6).
+//! * `factor`: the factor analysis of Fig 5 — plain single lookups on 4 KiB pages → batching →
+//!   batching + prefetching → + huge pages.
+//! * `updates`: one reader's lookup Mops while a writer thread applies 0, 64K, 256K, 1M updates/s
+//!   (Fig 10; 2M entries as in the paper), next to dashmap under the same updates.
+//! * `insert`: insert Mops while filling the table to 95 % (flowplane, hashbrown, dashmap).
+//! * `memory`: bytes per entry (Table 3) for the compact layout, the general layout (13-byte IPv4
+//!   5-tuple key, 8-byte value) and hashbrown with the same keys and values.
+//!
+//! Keys are distinct 48-bit values from a bijective mix of 0..n (no key array for the table itself);
+//! each reader thread loops over its own array of 4 M pre-drawn random present keys.
 
-use super::CommonOpts;
-use anyhow::Result;
+use super::plot::{self, Axes, Series};
+use super::{CommonOpts, Record, Report};
+use crate::sys;
+use anyhow::{bail, Context, Result};
+use fp_cuckoo::{CompactMap, CompactReader, Config, GeneralMap, PagePolicy, Prefetch};
+use rand::{Rng, SeedableRng};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+type HbMap<K> = hashbrown::HashMap<K, u64>;
+type DashMap = dashmap::DashMap<u64, u64, hashbrown::DefaultHashBuilder>;
+
+const ALL_CASES: &[&str] = &[
+    "lookup", "bound", "batch", "factor", "updates", "insert", "memory",
+];
 
 #[derive(clap::Args, Debug)]
 pub struct FibArgs {
     #[command(flatten)]
     pub common: CommonOpts,
+    /// Table sizes in entries; K, M, G are powers of two (1M = 1048576). Default 1M,16M,64M,256M
+    /// (quick: 1M,16M).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sizes: Vec<u64>,
+    /// Add the paper's billion-entry table (1G entries, about 8.5 GiB; peers are skipped there, they
+    /// would need 36+ GiB).
+    #[arg(long)]
+    pub billion: bool,
+    /// Reader thread counts for the `lookup` case. Default 1,2.
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Seconds per measurement round (default 0.3; quick 0.1).
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// Rounds per comparison; each competitor keeps its best round (default 5; quick 3).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Batch size of the headline `lookup` case: 32, the pipeline's largest burst (DESIGN.md);
+    /// the `batch` case sweeps 1..32.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Cases to run: lookup, bound, batch, factor, updates, insert, memory (default all).
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
 }
 
 impl FibArgs {
+    /// The README's main command: a quick run of every case.
     pub fn demo() -> Self {
         FibArgs {
             common: CommonOpts {
                 quick: true,
                 ..Default::default()
             },
+            sizes: vec![],
+            billion: false,
+            threads: vec![],
+            secs: None,
+            rounds: None,
+            batch: 32,
+            cases: vec![],
         }
     }
 }
 
-pub fn run(_a: FibArgs) -> Result<()> {
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?} (e.g. 16M)"))?;
+    n.checked_mul(mult)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("bad size {s:?}"))
+}
+
+fn size_name(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}K", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+const M48: u64 = (1 << 48) - 1;
+
+/// Distinct 48-bit keys: a bijection of 48-bit integers (odd multiplications and xorshifts mod 2^48).
+fn key48(seed: u64, i: u64) -> u64 {
+    let mut x = (i ^ seed) & M48;
+    x = x.wrapping_mul(0x9E37_79B9_7F4B) & M48;
+    x ^= x >> 23;
+    x = x.wrapping_mul(0xC2B2_AE3D_27D5) & M48;
+    x ^= x >> 19;
+    x
+}
+
+fn value_of(i: u64) -> u16 {
+    (i % 65_000) as u16
+}
+
+struct Ctx {
+    seed: u64,
+    /// Headline batch size.
+    batch: usize,
+    /// Length of one measurement round.
+    dur: Duration,
+    /// Rounds per contest (each competitor keeps its best round).
+    rounds: usize,
+    plots: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: FibArgs) -> Result<()> {
+    let quick = a.common.quick;
+    let mut sizes = if a.sizes.is_empty() {
+        if quick {
+            vec![1 << 20, 16 << 20]
+        } else {
+            vec![1 << 20, 16 << 20, 64 << 20, 256 << 20]
+        }
+    } else {
+        a.sizes.clone()
+    };
+    if a.billion {
+        sizes.push(1 << 30);
+    }
+    let threads = if a.threads.is_empty() {
+        vec![1, 2]
+    } else {
+        a.threads.clone()
+    };
+    let cases: Vec<String> = if a.cases.is_empty() {
+        ALL_CASES.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.cases.clone()
+    };
+    for c in &cases {
+        if !ALL_CASES.contains(&c.as_str()) {
+            bail!(
+                "--cases: unknown case {c:?} (known: {})",
+                ALL_CASES.join(", ")
+            );
+        }
+    }
+    if !(1..=fp_cuckoo::CHUNK).contains(&a.batch) {
+        bail!("--batch {}: must be in 1..={}", a.batch, fp_cuckoo::CHUNK);
+    }
+    let ctx = Ctx {
+        seed: a.common.seed,
+        batch: a.batch,
+        dur: Duration::from_secs_f64(a.secs.unwrap_or(if quick { 0.1 } else { 0.3 })),
+        rounds: a.rounds.unwrap_or(if quick { 3 } else { 5 }),
+        plots: a.common.plots.clone(),
+    };
+    let mut rep = Report::new("fib", &a.common)?;
+    rep.note(&format!(
+        "{} CPUs; huge page pool: {} free 2M pages; THP: {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        fp_mem::free_hugetlb_pages().map_or("?".into(), |n| n.to_string()),
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default()
+            .trim()
+    ));
+    let has = |c: &str| cases.iter().any(|x| x == c);
+    let mut lookup_pts: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for &n in &sizes {
+        size_cases(&ctx, &mut rep, n, &threads, &has, &mut lookup_pts)?;
+    }
+    if has("batch") {
+        batch_case(&ctx, &mut rep, &sizes)?;
+    }
+    if has("updates") {
+        updates_case(&ctx, &mut rep)?;
+    }
+    if has("memory") {
+        memory_case(&ctx, &mut rep, &sizes)?;
+    }
+    if let Some(dir) = &ctx.plots {
+        if lookup_pts.iter().any(|(_, p)| p.len() > 1) {
+            let series: Vec<Series> = lookup_pts
+                .into_iter()
+                .map(|(name, pts)| Series::new(name, pts))
+                .collect();
+            plot::lines(
+                &dir.join("fib-lookup.png"),
+                "FIB lookups: uniform random successful keys",
+                "entries",
+                "Mops (all reader threads)",
+                &series,
+                Axes {
+                    log_x: true,
+                    y_from_zero: true,
+                    ..Default::default()
+                },
+            )?;
+        }
+    }
+    rep.finish()
+}
+
+/// Lookup keys for `threads` readers: 4 M random present keys each (fewer for small tables).
+fn lookup_keys(seed: u64, n: u64, threads: usize) -> Vec<Vec<u64>> {
+    let per = (4 << 20).min((n as usize * 4).max(1 << 16));
+    (0..threads)
+        .map(|t| {
+            let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed ^ ((t as u64 + 1) * 0x9E37));
+            (0..per).map(|_| key48(seed, rng.gen_range(0..n))).collect()
+        })
+        .collect()
+}
+
+/// Run `f` over each thread's key array in chunks until `dur` passes; returns total Mops.
+/// Every lookup must hit (the keys are present): a miss means the benchmark is broken.
+fn measure(dur: Duration, keys: &[Vec<u64>], f: impl Fn(&[u64]) -> u64 + Sync) -> Result<f64> {
+    const CH: usize = 4096;
+    let threads = keys.len();
+    let barrier = Barrier::new(threads);
+    let results: Vec<(u64, u64, f64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(t, ks)| {
+                let f = &f;
+                let barrier = &barrier;
+                s.spawn(move || {
+                    sys::pin_to_cpu(t);
+                    barrier.wait();
+                    let start = Instant::now();
+                    let (mut ops, mut hits, mut pos) = (0u64, 0u64, 0usize);
+                    loop {
+                        let end = (pos + CH).min(ks.len());
+                        hits += f(&ks[pos..end]);
+                        ops += (end - pos) as u64;
+                        pos = if end == ks.len() { 0 } else { end };
+                        if ops % (CH as u64 * 8) < CH as u64 && start.elapsed() >= dur {
+                            break;
+                        }
+                    }
+                    (ops, hits, start.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    let mut mops = 0.0;
+    for (ops, hits, secs) in results {
+        if hits != ops {
+            bail!("benchmark error: {} of {ops} lookups missed", ops - hits);
+        }
+        mops += ops as f64 / secs / 1e6;
+    }
+    Ok(mops)
+}
+
+fn ours_batched(
+    r: &CompactReader,
+    batch: usize,
+    mode: Prefetch,
+) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
+    move |chunk: &[u64]| {
+        let mut out = [None; 32];
+        let mut hits = 0u64;
+        for c in chunk.chunks(batch) {
+            let o = &mut out[..c.len()];
+            r.get_batch_with(c, o, mode);
+            hits += o.iter().filter(|v| v.is_some()).count() as u64;
+        }
+        hits
+    }
+}
+
+fn ours_single(r: &CompactReader) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
+    move |chunk: &[u64]| {
+        chunk
+            .iter()
+            .filter(|&&k| black_box(r.get(k)).is_some())
+            .count() as u64
+    }
+}
+
+fn build_ours(ctx: &Ctx, n: u64, pages: PagePolicy) -> Result<(fp_cuckoo::CompactWriter, f64)> {
+    let cfg = Config::with_capacity(n as usize)
+        .seed(ctx.seed ^ 0x00C0_FFEE)
+        .pages(pages);
+    let (mut w, _r) = CompactMap::new(&cfg).context("building the cuckoo table")?;
+    let t = Instant::now();
+    for i in 0..n {
+        w.insert(key48(ctx.seed, i), value_of(i))
+            .with_context(|| format!("insert #{i} of {n}"))?;
+    }
+    Ok((w, n as f64 / t.elapsed().as_secs_f64() / 1e6))
+}
+
+fn build_hashbrown(ctx: &Ctx, n: u64) -> (HbMap<u64>, f64) {
+    let mut m = HbMap::with_capacity(n as usize);
+    let t = Instant::now();
+    for i in 0..n {
+        m.insert(key48(ctx.seed, i), value_of(i) as u64);
+    }
+    (m, n as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+fn build_dashmap(ctx: &Ctx, n: u64) -> (DashMap, f64) {
+    let m = DashMap::with_capacity_and_hasher(n as usize, Default::default());
+    let t = Instant::now();
+    for i in 0..n {
+        m.insert(key48(ctx.seed, i), value_of(i) as u64);
+    }
+    (m, n as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Random prefetched cache-line reads over an array of `bytes`: lines/s, the memory system's bound.
+fn cacheline_rate(ctx: &Ctx, bytes: usize, pages: PagePolicy) -> Result<f64> {
+    let lines = (bytes / 64).max(1);
+    let arr: fp_mem::HugeArray<[u64; 8]> = fp_mem::HugeArray::new(lines, pages)?;
+    // Touch every page so the measurement does not include page faults.
+    let mut x = 0u64;
+    for i in (0..lines).step_by(64) {
+        x ^= arr[i][0];
+    }
+    black_box(x);
+    let keys = lookup_keys(ctx.seed, lines as u64, 1);
+    let mops = measure(ctx.dur, &keys, |chunk| {
+        let mut acc = 0u64;
+        for c in chunk.chunks(16) {
+            let idx: [usize; 16] =
+                std::array::from_fn(|i| c.get(i).map_or(0, |&k| k as usize % lines));
+            for &i in &idx[..c.len()] {
+                fp_hash::prefetch_read(&arr[i]);
+            }
+            for &i in &idx[..c.len()] {
+                acc = acc.wrapping_add(arr[i][0]);
+            }
+        }
+        black_box(acc);
+        chunk.len() as u64
+    })?;
+    Ok(mops)
+}
+
+/// Measure competitors in alternating rounds and keep each one's best round. Background load on this
+/// shared machine only ever slows a round down, and alternating (in both orders) gives every
+/// competitor the same exposure to it, so ratios stay meaningful even when absolute numbers drift.
+fn contest(ctx: &Ctx, runs: &[&dyn Fn() -> Result<f64>]) -> Result<Vec<f64>> {
+    let mut best = vec![0.0f64; runs.len()];
+    for round in 0..ctx.rounds {
+        for j in 0..runs.len() {
+            let k = if round % 2 == 0 {
+                j
+            } else {
+                runs.len() - 1 - j
+            };
+            best[k] = best[k].max(runs[k]()?);
+        }
+    }
+    Ok(best)
+}
+
+fn size_cases(
+    ctx: &Ctx,
+    rep: &mut Report,
+    n: u64,
+    threads: &[usize],
+    has: &dyn Fn(&str) -> bool,
+    pts: &mut Vec<(String, Vec<(f64, f64)>)>,
+) -> Result<()> {
+    if !(has("lookup") || has("insert") || has("bound") || has("factor")) {
+        return Ok(());
+    }
+    let sz = size_name(n);
+    let maxt = threads.iter().copied().max().unwrap_or(1);
+    let keys = lookup_keys(ctx.seed, n, maxt);
+    let peers_fit = n <= 256 << 20;
+    let mut add_pt = |name: String, x: f64, y: f64| match pts.iter_mut().find(|(s, _)| *s == name) {
+        Some((_, v)) => v.push((x, y)),
+        None => pts.push((name, vec![(x, y)])),
+    };
+
+    // flowplane on huge pages (Auto policy).
+    let (w, ins_ours) = build_ours(ctx, n, PagePolicy::Auto)?;
+    let r = w.reader();
+    let st = r.stats();
+    rep.note(&format!("{sz}: {st}"));
+    let pages = st.pages.to_string();
+    let ours_t = |t: usize| {
+        measure(
+            ctx.dur,
+            &keys[..t],
+            ours_batched(&r, ctx.batch, Prefetch::TwoRound),
+        )
+    };
+    let base = |ours: f64, t: usize| {
+        Record::higher("lookup_batched", ours, "Mops")
+            .param("entries", n)
+            .param("threads", t)
+            .param("batch", ctx.batch)
+            .param("layout", "compact")
+            .param("pages", pages.clone())
+    };
+
+    let (mut hb_ins, mut dm_ins) = (None, None);
+    if peers_fit && (has("lookup") || has("insert")) {
+        let (m, ins) = build_hashbrown(ctx, n);
+        hb_ins = Some(ins);
+        if has("lookup") {
+            for &t in threads {
+                let hb = || {
+                    measure(ctx.dur, &keys[..t], |c| {
+                        c.iter().filter(|k| black_box(m.get(*k)).is_some()).count() as u64
+                    })
+                };
+                let v = contest(ctx, &[&|| ours_t(t), &hb])?;
+                rep.add(base(v[0], t).peer("hashbrown", v[1]))?;
+                add_pt(format!("flowplane {t}T"), n as f64, v[0]);
+                add_pt(format!("hashbrown {t}T"), n as f64, v[1]);
+            }
+        }
+        drop(m);
+        let (m, ins) = build_dashmap(ctx, n);
+        dm_ins = Some(ins);
+        if has("lookup") {
+            for &t in threads {
+                let dm = || {
+                    measure(ctx.dur, &keys[..t], |c| {
+                        c.iter().filter(|k| black_box(m.get(*k)).is_some()).count() as u64
+                    })
+                };
+                let v = contest(ctx, &[&|| ours_t(t), &dm])?;
+                rep.add(base(v[0], t).peer("dashmap", v[1]))?;
+                add_pt(format!("dashmap {t}T"), n as f64, v[1]);
+            }
+        }
+    } else if has("lookup") {
+        for &t in threads {
+            let v = contest(ctx, &[&|| ours_t(t)])?;
+            rep.add(base(v[0], t).param("peer", "skipped: does not fit in memory"))?;
+            add_pt(format!("flowplane {t}T"), n as f64, v[0]);
+        }
+    }
+    if has("insert") {
+        let rec = Record::higher("insert_fill", ins_ours, "Mops")
+            .param("entries", n)
+            .param("final_load", (st.load() * 1000.0).round() / 1000.0);
+        match (hb_ins, dm_ins) {
+            (Some(hb), Some(dm)) => {
+                rep.add(rec.clone().peer("hashbrown", hb))?;
+                rep.add(rec.peer("dashmap", dm))?;
+            }
+            _ => rep.add(rec)?,
+        }
+    }
+
+    if has("bound") {
+        // The array is capped at 4 GiB: beyond that the random line rate no longer changes (every
+        // access misses cache and TLB reach alike), and the 1G-entry table already takes 8.5 GiB.
+        let bytes = st.table_bytes.min(4 << 30);
+        let lines = || cacheline_rate(ctx, bytes, PagePolicy::Auto);
+        let v = contest(ctx, &[&lines, &|| ours_t(1)])?;
+        let bound = v[0] / 1.5;
+        rep.add(
+            Record::higher("cacheline_bound", bound, "Mops")
+                .param("entries", n)
+                .param("lines_per_lookup", 1.5)
+                .param("random_lines_M_per_s", (v[0] * 10.0).round() / 10.0)
+                .param("pages", pages.clone()),
+        )?;
+        rep.add(
+            Record::higher("fraction_of_bound", 100.0 * v[1] / bound, "%")
+                .param("entries", n)
+                .param("threads", 1)
+                .param("batch", ctx.batch),
+        )?;
+    }
+
+    if has("factor") {
+        // Fig 5: plain -> batching -> batching + prefetching -> + huge pages (1 thread).
+        let (w4, _) = build_ours(ctx, n, PagePolicy::Normal)?;
+        let r4 = w4.reader();
+        let k1 = &keys[..1];
+        let v = contest(
+            ctx,
+            &[
+                &|| measure(ctx.dur, k1, ours_single(&r4)),
+                &|| measure(ctx.dur, k1, ours_batched(&r4, ctx.batch, Prefetch::Off)),
+                &|| {
+                    measure(
+                        ctx.dur,
+                        k1,
+                        ours_batched(&r4, ctx.batch, Prefetch::TwoRound),
+                    )
+                },
+                &|| ours_t(1),
+            ],
+        )?;
+        let steps = [
+            ("1_plain", "4K"),
+            ("2_batching", "4K"),
+            ("3_batching_prefetch", "4K"),
+            ("4_hugepages", pages.as_str()),
+        ];
+        for ((name, pg), val) in steps.into_iter().zip(v.iter().copied()) {
+            rep.add(
+                Record::higher("factor", val, "Mops")
+                    .param("entries", n)
+                    .param("step", name)
+                    .param("pages", pg)
+                    .param("threads", 1)
+                    .peer("plain", v[0]),
+            )?;
+            add_pt(format!("factor {name}"), n as f64, val);
+        }
+    }
     Ok(())
+}
+
+/// Fig 6: lookup throughput against batch size, 1 thread.
+fn batch_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
+    const BATCHES: [usize; 6] = [1, 2, 4, 8, 16, 32];
+    let pick: Vec<u64> = sizes.iter().copied().filter(|&n| n <= 256 << 20).collect();
+    let mut series = Vec::new();
+    for &n in &pick {
+        let keys = lookup_keys(ctx.seed, n, 1);
+        let (w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
+        let r = w.reader();
+        let (m, _) = build_hashbrown(ctx, n);
+        let (keys, r) = (&keys, &r);
+        let hb = || {
+            measure(ctx.dur, keys, |c| {
+                c.iter().filter(|k| black_box(m.get(*k)).is_some()).count() as u64
+            })
+        };
+        let ours: Vec<Box<dyn Fn() -> Result<f64> + '_>> = BATCHES
+            .iter()
+            .map(|&b| {
+                Box::new(move || measure(ctx.dur, keys, ours_batched(r, b, Prefetch::TwoRound)))
+                    as Box<dyn Fn() -> Result<f64> + '_>
+            })
+            .collect();
+        let mut runs: Vec<&dyn Fn() -> Result<f64>> = ours.iter().map(|f| f.as_ref()).collect();
+        runs.push(&hb);
+        let v = contest(ctx, &runs)?;
+        let hbv = v[BATCHES.len()];
+        let mut pts = Vec::new();
+        for (&b, &val) in BATCHES.iter().zip(&v) {
+            rep.add(
+                Record::higher("lookup_vs_batch", val, "Mops")
+                    .param("entries", n)
+                    .param("batch", b)
+                    .param("threads", 1)
+                    .peer("hashbrown", hbv),
+            )?;
+            pts.push((b as f64, val));
+        }
+        series.push(Series::new(format!("flowplane {}", size_name(n)), pts));
+        series.push(Series::new(
+            format!("hashbrown {}", size_name(n)),
+            vec![(1.0, hbv), (32.0, hbv)],
+        ));
+    }
+    if let Some(dir) = &ctx.plots {
+        plot::lines(
+            &dir.join("fib-batch.png"),
+            "FIB lookups vs batch size (1 thread, two-round prefetching)",
+            "batch size",
+            "Mops",
+            &series,
+            Axes {
+                log_x: true,
+                y_from_zero: true,
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Fig 10: lookups while a writer applies updates at a fixed rate (1 reader + 1 writer thread).
+fn updates_case(ctx: &Ctx, rep: &mut Report) -> Result<()> {
+    let n: u64 = 2 << 20; // the paper's 2M-entry FIB
+    let churn = n / 10; // keys [0, churn) are replaced over time; readers use [churn, n)
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(ctx.seed ^ 0x77);
+    let keys = vec![(0..(4 << 20))
+        .map(|_| key48(ctx.seed, rng.gen_range(churn..n)))
+        .collect::<Vec<_>>()];
+    let rates = [0u64, 64_000, 256_000, 1_000_000];
+    let mut ours_pts = Vec::new();
+    let mut dm_pts = Vec::new();
+    for &rate in &rates {
+        // flowplane: the writer moves entries along cuckoo paths at 95 % load.
+        let (mut w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
+        let r = w.reader();
+        let (ours, ours_rate) = with_writer(
+            rate,
+            n,
+            churn,
+            |i, insert| {
+                let k = key48(ctx.seed, i);
+                if insert {
+                    w.insert(k, value_of(i))
+                        .map(|_| ())
+                        .map_err(|e| anyhow::anyhow!("{e}"))
+                } else {
+                    w.remove(k);
+                    Ok(())
+                }
+            },
+            || {
+                measure(
+                    ctx.dur,
+                    &keys,
+                    ours_batched(&r, ctx.batch, Prefetch::TwoRound),
+                )
+            },
+        )?;
+        drop(r);
+        drop(w);
+        let (m, _) = build_dashmap(ctx, n);
+        let (dm, dm_rate) = with_writer(
+            rate,
+            n,
+            churn,
+            |i, insert| {
+                let k = key48(ctx.seed, i);
+                if insert {
+                    m.insert(k, value_of(i) as u64);
+                } else {
+                    m.remove(&k);
+                }
+                Ok(())
+            },
+            || {
+                measure(ctx.dur, &keys, |c| {
+                    c.iter().filter(|k| black_box(m.get(*k)).is_some()).count() as u64
+                })
+            },
+        )?;
+        drop(m);
+        rep.add(
+            Record::higher("lookup_under_updates", ours, "Mops")
+                .param("entries", n)
+                .param("target_updates_per_s", rate)
+                .param("achieved_updates_per_s", ours_rate.round())
+                .param("dashmap_achieved_updates_per_s", dm_rate.round())
+                .param("threads", "1 reader + 1 writer")
+                .peer("dashmap", dm),
+        )?;
+        ours_pts.push((rate as f64, ours));
+        dm_pts.push((rate as f64, dm));
+    }
+    if let Some(dir) = &ctx.plots {
+        plot::lines(
+            &dir.join("fib-updates.png"),
+            "Lookups under concurrent updates (2M entries, 1 reader + 1 writer)",
+            "updates per second",
+            "reader Mops",
+            &[
+                Series::new("flowplane", ours_pts),
+                Series::new("dashmap", dm_pts),
+            ],
+            Axes {
+                y_from_zero: true,
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Run `reader` while another thread calls `update(key_index, is_insert)` at `rate` per second,
+/// alternating insert of a new key and removal of the oldest churn key. Returns the reader's result
+/// and the update rate achieved.
+fn with_writer<U, R>(rate: u64, n: u64, churn: u64, mut update: U, reader: R) -> Result<(f64, f64)>
+where
+    U: FnMut(u64, bool) -> Result<()> + Send,
+    R: FnOnce() -> Result<f64> + Send,
+{
+    if rate == 0 {
+        return Ok((reader()?, 0.0));
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let w = s.spawn(|| -> Result<f64> {
+            sys::pin_to_cpu(1);
+            let start = Instant::now();
+            let (mut done, mut next_new, mut oldest) = (0u64, n, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+                if done >= due {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if done % 2 == 0 {
+                    update(next_new, true)?;
+                    next_new += 1;
+                } else {
+                    update(oldest, false)?;
+                    oldest += 1;
+                    if oldest == churn {
+                        bail!("updates case ran out of churn keys");
+                    }
+                }
+                done += 1;
+            }
+            Ok(done as f64 / start.elapsed().as_secs_f64())
+        });
+        let rd = reader();
+        stop.store(true, Ordering::Relaxed);
+        let achieved = w.join().expect("writer thread")?;
+        Ok((rd?, achieved))
+    })
+}
+
+/// Table 3: bytes per entry, compact and general layouts against hashbrown.
+fn memory_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
+    for &n in sizes {
+        // Compact: MAC -> port.
+        let (w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
+        let ours = w.stats().bytes_per_entry();
+        drop(w);
+        let base = Record::lower("bytes_per_entry", ours, "B")
+            .param("entries", n)
+            .param("layout", "compact")
+            .param("key_bytes", 6)
+            .param("value_bytes", 2);
+        if n <= 256 << 20 {
+            let (m, _) = build_hashbrown(ctx, n);
+            let hb = m.allocation_size() as f64 / n as f64;
+            drop(m);
+            rep.add(base.peer("hashbrown<u64,u64>", hb))?;
+        } else {
+            rep.add(base)?;
+        }
+        // General: 13-byte IPv4 5-tuple -> 8-byte value (the load balancer's connection table).
+        if n <= 64 << 20 {
+            let tuple = |i: u64| -> [u8; 13] {
+                let mut k = [0u8; 13];
+                k[..8].copy_from_slice(&fp_hash::splitmix64(i ^ ctx.seed).to_le_bytes());
+                k[8..12].copy_from_slice(&(i as u32).to_be_bytes());
+                k[12] = 6;
+                k
+            };
+            let cfg = Config::with_capacity(n as usize).seed(ctx.seed);
+            let (mut gw, _) = GeneralMap::<[u8; 13], u64>::new(&cfg)?;
+            for i in 0..n {
+                gw.insert(tuple(i), i)
+                    .with_context(|| format!("general insert #{i}"))?;
+            }
+            let ours = gw.stats().bytes_per_entry();
+            drop(gw);
+            let mut m: HbMap<[u8; 13]> = HbMap::with_capacity(n as usize);
+            for i in 0..n {
+                m.insert(tuple(i), i);
+            }
+            let hb = m.allocation_size() as f64 / n as f64;
+            drop(m);
+            rep.add(
+                Record::lower("bytes_per_entry", ours, "B")
+                    .param("entries", n)
+                    .param("layout", "general")
+                    .param("key_bytes", 13)
+                    .param("value_bytes", 8)
+                    .peer("hashbrown<[u8;13],u64>", hb),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key48_is_injective_on_a_sample() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..200_000u64 {
+            let k = key48(5, i);
+            assert!(k <= M48);
+            assert!(seen.insert(k), "collision at {i}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(size_name(64 << 20), "64M");
+    }
 }

@@ -236,10 +236,6 @@ impl Report {
         println!("# {s}");
     }
 
-    pub fn records(&self) -> &[Record] {
-        &self.records
-    }
-
     fn line(r: &Record) -> String {
         let mut s = format!(
             "{:<26} {:>12} {:<8} {}",
