@@ -24,7 +24,9 @@
 //! without the ordering arrays, packets get reordered); a software worker uses the default.
 use crate::config::{Config, ConfigError};
 use crate::key::FlowKey;
-use crate::table::{DataPacket, DropReason, Entry, FlowFn, Stats, SwapPacket, Table, Verdict};
+use crate::table::{
+    DataPacket, DropReason, Effects, Entry, FlowFn, Stats, SwapPacket, Table, Verdict,
+};
 use core::mem;
 
 /// How many items ahead of the one being processed the engine prefetches.
@@ -277,16 +279,14 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
 
     #[inline(always)]
     fn swap(&mut self, s: &mut SwapPacket<K, F::Value>, now: u64) {
-        let st = self.table.step_swap(s, now);
-        if let Some(mut sp) = st.spawned {
-            sp.at = self.recirc_at(now);
-            self.swaps.push(sp);
-        }
-        if let Some(e) = st.evicted {
-            if self.cfg.log_evictions {
-                self.evicted.push(e);
-            }
-        }
+        let at = self.recirc_at(now);
+        let mut fx = Fx {
+            swaps: &mut self.swaps,
+            evicted: &mut self.evicted,
+            log: self.cfg.log_evictions,
+            at,
+        };
+        self.table.step_swap_into(s, now, &mut fx);
     }
 
     #[inline(always)]
@@ -296,20 +296,20 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
         now: u64,
         out: &mut Vec<Departure<F::Meta, F::Out>>,
     ) {
-        let st = self.table.step_data(&mut p, &mut self.nf, now);
-        if let Some(mut sp) = st.spawned {
-            sp.at = self.recirc_at(now);
-            self.swaps.push(sp);
-        }
-        if let Some(e) = st.evicted {
-            if self.cfg.log_evictions {
-                self.evicted.push(e);
-            }
-        }
-        let fate = match st.result {
+        let at = self.recirc_at(now);
+        let mut fx = Fx {
+            swaps: &mut self.swaps,
+            evicted: &mut self.evicted,
+            log: self.cfg.log_evictions,
+            at,
+        };
+        let result = self
+            .table
+            .step_data_into(&mut p, &mut self.nf, now, &mut fx);
+        let fate = match result {
             Verdict::Recirculate => {
                 if self.data.len() < self.cfg.recirc_capacity {
-                    p.at = self.recirc_at(now);
+                    p.at = at;
                     self.data.push(p);
                     return;
                 }
@@ -327,5 +327,27 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
             passes: p.passes(),
             now,
         });
+    }
+}
+
+/// The engine's [`Effects`]: spawned swaps go straight to the next pass's queue.
+struct Fx<'a, K, V> {
+    swaps: &'a mut Vec<SwapPacket<K, V>>,
+    evicted: &'a mut Vec<Entry<K, V>>,
+    log: bool,
+    at: u64,
+}
+
+impl<K, V> Effects<K, V> for Fx<'_, K, V> {
+    #[inline(always)]
+    fn spawned(&mut self, mut s: SwapPacket<K, V>) {
+        s.at = self.at;
+        self.swaps.push(s);
+    }
+    #[inline(always)]
+    fn evicted(&mut self, e: Entry<K, V>) {
+        if self.log {
+            self.evicted.push(e);
+        }
     }
 }

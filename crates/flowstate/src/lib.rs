@@ -87,6 +87,6 @@ pub use flowlet::{
 };
 pub use key::{FiveTuple, FiveTuple6, FlowKey};
 pub use table::{
-    Array, DataPacket, DropReason, Entry, FlowFn, Op, Stats, Step, SwapOutcome, SwapPacket, Table,
-    Verdict,
+    Array, DataPacket, DropReason, Effects, Entry, FlowFn, Op, Stats, Step, SwapOutcome,
+    SwapPacket, Table, Verdict,
 };

@@ -282,6 +282,25 @@ pub struct Step<R, K, V> {
     pub evicted: Option<Entry<K, V>>,
 }
 
+/// Where a pass puts its side effects: the SWAP packet it spawned and the entry it evicted. The
+/// [`Engine`](crate::Engine) pushes spawned swaps straight into its recirculation queue; [`Step`]
+/// collects them for callers that drive the table by hand.
+pub trait Effects<K, V> {
+    /// A SWAP packet to process in the next pass.
+    fn spawned(&mut self, s: SwapPacket<K, V>);
+    /// A live entry that was evicted (chain too long, or its swap came late).
+    fn evicted(&mut self, e: Entry<K, V>);
+}
+
+impl<R, K, V> Effects<K, V> for Step<R, K, V> {
+    fn spawned(&mut self, s: SwapPacket<K, V>) {
+        self.spawned = Some(s);
+    }
+    fn evicted(&mut self, e: Entry<K, V>) {
+        self.evicted = Some(e);
+    }
+}
+
 /// Per-table counters (plain integers: one table belongs to one worker).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -386,7 +405,6 @@ pub struct Table<K, V> {
     same_aux_hash: bool,
     seed: u64,
     seed2: u64,
-    seed_tr: u64,
     seed_ord: u64,
     timeout: u64,
     refresh: bool,
@@ -427,7 +445,6 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             same_aux_hash: cfg.transient_cells == cfg.ordering_cells,
             seed: s,
             seed2: fp_hash::splitmix64(s ^ 0x7432),
-            seed_tr: fp_hash::splitmix64(s ^ 0x7472),
             seed_ord: fp_hash::splitmix64(s ^ 0x6f72),
             timeout: cfg.expiry.timeout_ns,
             refresh: cfg.expiry.from == ExpiryFrom::LastPacket,
@@ -470,13 +487,18 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         self.pass as u32
     }
 
+    /// The four array indices of `key`. `h1` is the key's pinned 64-bit hash; a second 64-bit value
+    /// `h2 = mum(h1 ^ seed2, C)` (one folded multiply) gives `t2`'s index from its high bits and the
+    /// counters' index from its low bits. Lemire reduction uses the high bits of its argument, so the
+    /// rotation makes the two indices depend on disjoint halves of `h2`.
     #[inline(always)]
     pub(crate) fn indices(&self, key: &K) -> Idx {
         let h = key.hash64(self.seed);
-        let tr = reduce32(fp_hash::hash_u64(self.seed_tr, h), self.n_tr);
+        let h2 = fp_hash::mum(h ^ self.seed2, 0x9E37_79B9_7F4A_7C15);
+        let tr = reduce32(h2.rotate_left(32), self.n_tr);
         Idx {
             t1: reduce32(h, self.t1.len()),
-            t2: reduce32(fp_hash::hash_u64(self.seed2, h), self.t2.len()),
+            t2: reduce32(h2, self.t2.len()),
             tr,
             // With equal sizes the transient and ordering counters of a flow share a cell (and a
             // cache line); flows that collide in one then collide in the other, which only makes
@@ -484,7 +506,10 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             ord: if self.same_aux_hash {
                 tr
             } else {
-                reduce32(fp_hash::hash_u64(self.seed_ord, h), self.n_ord)
+                reduce32(
+                    fp_hash::mum(h ^ self.seed_ord, 0xC2B2_AE3D_27D4_EB4F),
+                    self.n_ord,
+                )
             },
         }
     }
@@ -629,10 +654,10 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     /// Stage 4 for an entry that must continue in the next pass: count it in SWAPPING and spawn its
     /// SWAP packet into `step`, or evict it into `step` if its chain is at the limit.
     #[inline]
-    fn spawn<R>(&mut self, e: Entry<K, V>, hops: u16, at: u64, step: &mut Step<R, K, V>) {
+    fn spawn<E: Effects<K, V>>(&mut self, e: Entry<K, V>, hops: u16, at: u64, fx: &mut E) {
         if hops > self.max_swap_passes {
             self.stats.evictions += 1;
-            step.evicted = Some(e);
+            fx.evicted(e);
             return;
         }
         let idx = self.indices(&e.key);
@@ -641,7 +666,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         cell.swapping = cell.swapping.wrapping_add(1);
         cell.deadline = pass;
         self.stats.swaps += 1;
-        step.spawned = Some(SwapPacket {
+        fx.spawned(SwapPacket {
             entry: e,
             at,
             idx,
@@ -675,7 +700,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
 
     /// Process one pass of a data packet at time `now` (ns). On [`Verdict::Recirculate`] the caller
     /// must hand the packet back in the next pass (after [`begin_pass`](Self::begin_pass)); a
-    /// spawned SWAP likewise.
+    /// spawned SWAP likewise. Convenience form of [`step_data_into`](Self::step_data_into).
     pub fn step_data<F>(
         &mut self,
         p: &mut DataPacket<K, F::Meta, F::Out>,
@@ -685,16 +710,32 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
     where
         F: FlowFn<K, Value = V>,
     {
-        let pass = self.pass32();
         let mut step = Step {
             result: Verdict::Recirculate,
             spawned: None,
             evicted: None,
         };
+        step.result = self.step_data_into(p, nf, now, &mut step);
+        step
+    }
+
+    /// [`step_data`](Self::step_data) with the side effects delivered to `fx`.
+    #[inline]
+    pub fn step_data_into<F, E>(
+        &mut self,
+        p: &mut DataPacket<K, F::Meta, F::Out>,
+        nf: &mut F,
+        now: u64,
+        fx: &mut E,
+    ) -> Verdict<F::Out>
+    where
+        F: FlowFn<K, Value = V>,
+        E: Effects<K, V>,
+    {
+        let pass = self.pass32();
         if p.op != Op::New && p.due != pass {
             self.stats.drops_late += 1;
-            step.result = Verdict::Drop(DropReason::Late);
-            return step;
+            return Verdict::Drop(DropReason::Late);
         }
         p.passes += 1;
         self.stats.passes += 1;
@@ -744,7 +785,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
                     *c = c.wrapping_add(1);
                 }
                 if let Some(e) = displaced {
-                    self.spawn(e, 1, p.at, &mut step);
+                    self.spawn(e, 1, p.at, fx);
                 }
             }
             Op::New | Op::Lookup if found == Found::None => {
@@ -754,7 +795,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         }
 
         // Stage 5: ordering; stages 6-7: value registers.
-        step.result = if ordered {
+        let result = if ordered {
             self.order_stage(p, nf, now, found, busy, can_recirc, insert_out)
         } else {
             match p.op {
@@ -772,7 +813,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
                 }
             }
         };
-        match step.result {
+        match result {
             Verdict::Exit(_) => self.stats.exits += 1,
             Verdict::Recirculate => {
                 self.stats.recirculations += 1;
@@ -780,7 +821,7 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
             }
             Verdict::Drop(r) => self.stats.count_drop(r),
         }
-        step
+        result
     }
 
     /// Stage 5 (ORDERING, PACKET-COUNTER, NEXT-PACKET) and, for the packet that may read its state,
@@ -909,33 +950,46 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
 
     // ---- one pass of a swap --------------------------------------------------------------------
 
-    /// Process one pass of a SWAP packet at time `now`.
+    /// Process one pass of a SWAP packet at time `now`. Convenience form of
+    /// [`step_swap_into`](Self::step_swap_into).
     pub fn step_swap(&mut self, s: &mut SwapPacket<K, V>, now: u64) -> Step<SwapOutcome, K, V> {
         let mut step = Step {
             result: SwapOutcome::Landed,
             spawned: None,
             evicted: None,
         };
+        step.result = self.step_swap_into(s, now, &mut step);
+        step
+    }
+
+    /// [`step_swap`](Self::step_swap) with the side effects delivered to `fx`.
+    #[inline]
+    pub fn step_swap_into<E: Effects<K, V>>(
+        &mut self,
+        s: &mut SwapPacket<K, V>,
+        now: u64,
+        fx: &mut E,
+    ) -> SwapOutcome {
         if s.due != self.pass32() {
             self.stats.swaps_late += 1;
             self.stats.evictions += 1;
-            step.result = SwapOutcome::Late;
-            step.evicted = Some(s.entry);
-            return step;
+            fx.evicted(s.entry);
+            return SwapOutcome::Late;
         }
         self.stats.swap_passes += 1;
         let e = s.entry;
         let mut displaced = None;
+        let mut outcome = SwapOutcome::Landed;
         // Stages 1-2.
         if !live(e.stamp, now, self.timeout) {
             self.stats.expired_in_transit += 1;
-            step.result = SwapOutcome::Expired;
+            outcome = SwapOutcome::Expired;
         } else {
             match self.place(e, s.idx.t1, now) {
                 Place::Done(d) => displaced = d,
                 Place::Duplicate => {
                     self.stats.anomalies += 1;
-                    step.result = SwapOutcome::Duplicate;
+                    outcome = SwapOutcome::Duplicate;
                 }
             }
         }
@@ -944,9 +998,9 @@ impl<K: FlowKey + Default, V: Copy + Default> Table<K, V> {
         *c = c.wrapping_add(1);
         // Stage 4: SWAPPING for the entry displaced in this pass.
         if let Some(d) = displaced {
-            self.spawn(d, s.hops + 1, s.at, &mut step);
+            self.spawn(d, s.hops + 1, s.at, fx);
         }
-        step
+        outcome
     }
 
     // ---- inspection (tests, tools; not for the data path) ---------------------------------------
