@@ -1,0 +1,526 @@
+//! The load balancer's per-worker data path (Maglev §3): parse → match VIP → connection table
+//! (batched, prefetched) → Maglev selection on a miss → encapsulate toward the backend → emit.
+//!
+//! One [`LbWorker`] per core, fed by 5-tuple steering (3-tuple for fragments), owns its connection
+//! tables (IPv4 and IPv6, CuckooSwitch tables in the general layout, the worker being their single
+//! writer and reader), its fragment table and its counters; it shares nothing writable with other
+//! workers. Each burst runs against one [`Snapshot`]: a configuration or health change published
+//! while a burst is in flight applies from the next burst on.
+//!
+//! Connection entries map the 5-tuple to (backend id, last-seen time in ms). A hit whose backend
+//! is still a healthy member of the VIP is reused; a hit on a backend that went down or left the
+//! VIP is re-selected (and the entry rewritten); a miss selects with Maglev and records the choice.
+//! A full table is counted and the packet still forwarded by Maglev (§3.3). Entries idle longer
+//! than the configured timeout are removed by a sweep that visits a few buckets per burst.
+//!
+//! ICMP errors addressed to a VIP (e.g. "fragmentation needed" about a backend's direct-return
+//! packets) are forwarded along the connection they quote, so path MTU discovery works through the
+//! balancer.
+
+use crate::config::EncapKind;
+use crate::frag::{Decision, FragAction, FragTable};
+use crate::packet::{Packet, Pool};
+use crate::snapshot::{Cached, Published, Snapshot};
+use crate::stats::{Outcome, WorkerStats};
+use fp_cuckoo::{Config as TableConfig, GeneralMap, Writer};
+use fp_wire::{FlowKey, FragmentKey, PacketSummary};
+use std::sync::Arc;
+
+type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
+type Conn6 = Writer<GeneralMap<[u8; 37], u64>>;
+
+/// Buckets of each connection table the expiry sweep visits per burst.
+const SWEEP_BUCKETS: usize = 16;
+/// Fragment-table entries the expiry sweep visits per burst.
+const SWEEP_FRAGS: usize = 8;
+/// A connection's last-seen time is rewritten at most this often (ms).
+const TOUCH_MS: u32 = 1000;
+
+fn entry(backend: u32, now_ms: u32) -> u64 {
+    backend as u64 | (now_ms as u64) << 32
+}
+fn entry_backend(v: u64) -> u32 {
+    v as u32
+}
+fn entry_seen(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+/// A decision about one packet of the current burst.
+struct Pending {
+    pkt: Packet,
+    s: PacketSummary,
+    vip: u32,
+    key: FlowKey,
+    /// Index into the burst's IPv4 or IPv6 key array.
+    slot: usize,
+    /// For first fragments: the datagram key, to record the decision.
+    frag: Option<FragmentKey>,
+}
+
+/// What a traced packet went through (Maglev §4.4's packet tracer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// Worker id.
+    pub worker: usize,
+    /// Config generation.
+    pub generation: u64,
+    /// Flow.
+    pub flow: FlowKey,
+    /// VIP name.
+    pub vip: String,
+    /// Connection-table outcome: "hit", "miss", "reselect", "fragment".
+    pub conn: &'static str,
+    /// Maglev slot, for a new selection.
+    pub maglev_slot: Option<u32>,
+    /// Backend address.
+    pub backend: Option<std::net::IpAddr>,
+    /// Encapsulation.
+    pub encap: String,
+}
+
+/// Tells the worker which packets to trace and takes the records.
+pub trait Tracer: Send {
+    /// Whether to trace this packet (called for every packet matched to a VIP; keep it cheap).
+    fn wants(&mut self, frame: &[u8], s: &PacketSummary) -> bool;
+    /// Take a record (rate limiting is the tracer's business).
+    fn record(&mut self, r: TraceRecord);
+}
+
+/// One load-balancer worker.
+pub struct LbWorker {
+    id: usize,
+    snap: Cached<Snapshot>,
+    conn4: Conn4,
+    conn6: Conn6,
+    frags: FragTable,
+    stats: Arc<WorkerStats>,
+    seed: u64,
+    idle_ms: u32,
+    ident: u16,
+    sweep4: usize,
+    sweep6: usize,
+    pending: Vec<Pending>,
+    keys4: Vec<[u8; 13]>,
+    keys6: Vec<[u8; 37]>,
+    vals4: Vec<Option<u64>>,
+    vals6: Vec<Option<u64>>,
+    release: Vec<Packet>,
+    expired: Vec<Packet>,
+    tracer: Option<Box<dyn Tracer>>,
+}
+
+/// Why a worker could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A connection table could not be allocated.
+    #[error("connection table: {0}")]
+    Table(#[from] fp_cuckoo::Error),
+}
+
+impl LbWorker {
+    /// A worker following `snapshots`. Table sizes come from the snapshot's configuration; the
+    /// connection tables use `table_seed` (keep it secret: it decides bucket placement).
+    pub fn new(
+        id: usize,
+        snapshots: Arc<Published<Snapshot>>,
+        table_seed: u64,
+    ) -> Result<LbWorker, WorkerError> {
+        let snap = Cached::new(snapshots);
+        let b = &snap.get().config.balancer;
+        let seed = b.seed;
+        let (conn4, _) = GeneralMap::<[u8; 13], u64>::new(
+            &TableConfig::with_capacity(b.conn_capacity).seed(table_seed),
+        )?;
+        let (conn6, _) = GeneralMap::<[u8; 37], u64>::new(
+            &TableConfig::with_capacity(b.conn_capacity_v6).seed(table_seed ^ 1),
+        )?;
+        let frags = FragTable::new(
+            b.frag_capacity,
+            b.frag_timeout_ms as u64 * 1_000_000,
+            table_seed ^ 2,
+        );
+        let stats = Arc::new(WorkerStats::new(b.max_vips, b.max_backends));
+        let idle_ms = b.conn_idle_timeout_ms;
+        Ok(LbWorker {
+            id,
+            snap,
+            conn4,
+            conn6,
+            frags,
+            stats,
+            seed,
+            idle_ms,
+            ident: 0,
+            sweep4: 0,
+            sweep6: 0,
+            pending: Vec::with_capacity(crate::packet::MAX_BURST),
+            keys4: Vec::with_capacity(crate::packet::MAX_BURST),
+            keys6: Vec::with_capacity(crate::packet::MAX_BURST),
+            vals4: vec![None; crate::packet::MAX_BURST],
+            vals6: vec![None; crate::packet::MAX_BURST],
+            release: Vec::with_capacity(16),
+            expired: Vec::with_capacity(16),
+            tracer: None,
+        })
+    }
+
+    /// The worker's counters (share the `Arc` with a metrics reader).
+    pub fn stats(&self) -> &Arc<WorkerStats> {
+        &self.stats
+    }
+
+    /// Install a packet tracer.
+    pub fn set_tracer(&mut self, t: Box<dyn Tracer>) {
+        self.tracer = Some(t);
+    }
+
+    /// Tracked connections (IPv4, IPv6).
+    pub fn connections(&self) -> (usize, usize) {
+        (self.conn4.len(), self.conn6.len())
+    }
+
+    /// Connection-table sizes in slots (IPv4, IPv6).
+    pub fn connection_slots(&self) -> (usize, usize) {
+        (self.conn4.stats().slots, self.conn6.stats().slots)
+    }
+
+    /// Fragments currently held waiting for their first fragment.
+    pub fn held_fragments(&self) -> usize {
+        self.frags.held()
+    }
+
+    /// The generation of the snapshot the worker forwards with.
+    pub fn generation(&self) -> u64 {
+        self.snap.get().generation
+    }
+
+    /// Process one burst: every packet of `rx` ends up in `tx` (forwarded) or back in `pool`
+    /// (dropped, counted), or held in the fragment table. `now_ns` is the burst's time.
+    pub fn process(
+        &mut self,
+        rx: &mut Vec<Packet>,
+        tx: &mut Vec<Packet>,
+        pool: &mut Pool,
+        now_ns: u64,
+    ) {
+        self.snap.refresh();
+        let now_ms = (now_ns / 1_000_000) as u32;
+        let Self {
+            id,
+            snap,
+            conn4,
+            conn6,
+            frags,
+            stats,
+            seed,
+            ident,
+            pending,
+            keys4,
+            keys6,
+            vals4,
+            vals6,
+            release,
+            expired,
+            tracer,
+            ..
+        } = self;
+        let snap: &Snapshot = snap.get();
+        stats.burst(rx.len());
+        pending.clear();
+        keys4.clear();
+        keys6.clear();
+
+        // Stage 1: parse, match VIPs, route fragments; collect connection keys.
+        for p in rx.drain(..) {
+            stats.count(Outcome::Rx, 1);
+            stats.count(Outcome::RxBytes, p.len() as u64);
+            let s = match PacketSummary::parse(p.data()) {
+                Ok(s) => s,
+                Err(e) => {
+                    stats.parse_error(e);
+                    pool.put(p);
+                    continue;
+                }
+            };
+            if s.is_non_first_fragment() {
+                let (Some(fk), true) = (
+                    s.fragment_key(),
+                    snap.match_vip(s.dst(), None, s.protocol).is_some(),
+                ) else {
+                    stats.count(Outcome::NonVip, 1);
+                    pool.put(p);
+                    continue;
+                };
+                match frags.non_first(&fk, p, now_ns, expired) {
+                    FragAction::Forward(d, p) => {
+                        stats.count(Outcome::FragForwarded, 1);
+                        let key = s.flow_key();
+                        emit(
+                            snap, stats, tx, pool, ident, *seed, p, &s, d.vip, d.backend, &key,
+                        );
+                    }
+                    FragAction::Held => stats.count(Outcome::FragHeld, 1),
+                    FragAction::TableFull(p) => {
+                        stats.count(Outcome::FragTableFull, 1);
+                        pool.put(p);
+                    }
+                    FragAction::HoldFull(p) => {
+                        stats.count(Outcome::FragHoldFull, 1);
+                        pool.put(p);
+                    }
+                }
+                continue;
+            }
+            // The flow this packet belongs to: its own 5-tuple, or for an ICMP error the connection
+            // it quotes, seen from the client's side.
+            let key = if s.is_icmp_error() {
+                match s.icmp_quoted(p.data()) {
+                    Ok(q) => q.flow_key().reversed(),
+                    Err(_) => s.flow_key(),
+                }
+            } else {
+                s.flow_key()
+            };
+            let (dst, port, proto) = key_target(&key);
+            let Some(vip) = (if s.has_ports() || s.is_icmp_error() {
+                snap.match_vip(dst, Some(port), proto)
+            } else {
+                None
+            }) else {
+                stats.count(Outcome::NonVip, 1);
+                pool.put(p);
+                continue;
+            };
+            let slot = match &key {
+                FlowKey::V4(k) => {
+                    keys4.push(k.to_bytes());
+                    keys4.len() - 1
+                }
+                FlowKey::V6(k) => {
+                    keys6.push(k.to_bytes());
+                    keys6.len() - 1
+                }
+            };
+            let frag = if s.fragment.is_some() {
+                s.fragment_key()
+            } else {
+                None
+            };
+            pending.push(Pending {
+                pkt: p,
+                s,
+                vip,
+                key,
+                slot,
+                frag,
+            });
+        }
+
+        // Stage 2: batched, prefetched connection lookups (CuckooSwitch Algorithm 3).
+        conn4.get_batch(keys4, &mut vals4[..keys4.len()]);
+        conn6.get_batch(keys6, &mut vals6[..keys6.len()]);
+
+        // Stage 3: decide, record, encapsulate, emit.
+        for Pending {
+            pkt,
+            s,
+            vip,
+            key,
+            slot,
+            frag,
+        } in pending.drain(..)
+        {
+            let vs = &snap.vips[vip as usize];
+            let found = match key {
+                FlowKey::V4(_) => vals4[slot],
+                FlowKey::V6(_) => vals6[slot],
+            };
+            let (backend, outcome, maglev_slot) = match found {
+                Some(v) if vs.serves(entry_backend(v)) => {
+                    stats.count(Outcome::ConnHit, 1);
+                    if now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
+                        let e = entry(entry_backend(v), now_ms);
+                        let _ = match key {
+                            FlowKey::V4(_) => conn4.update(keys4[slot], e),
+                            FlowKey::V6(_) => conn6.update(keys6[slot], e),
+                        };
+                    }
+                    (entry_backend(v), "hit", None)
+                }
+                other => {
+                    let (outcome, label) = if other.is_some() {
+                        (Outcome::ConnReselect, "reselect")
+                    } else {
+                        (Outcome::ConnMiss, "miss")
+                    };
+                    stats.count(outcome, 1);
+                    let Some((b, mslot)) = vs.select(key.hash(*seed)) else {
+                        stats.count(Outcome::NoBackend, 1);
+                        pool.put(pkt);
+                        continue;
+                    };
+                    let e = entry(b, now_ms);
+                    let r = match key {
+                        FlowKey::V4(_) => conn4.insert(keys4[slot], e),
+                        FlowKey::V6(_) => conn6.insert(keys6[slot], e),
+                    };
+                    match r {
+                        Ok(_) => {
+                            stats.count(Outcome::ConnInsert, 1);
+                            if let Some(c) = stats.vip(vip as usize) {
+                                c.connections.inc();
+                            }
+                            if let Some(c) = stats.backend(b as usize) {
+                                c.connections.inc();
+                            }
+                        }
+                        Err(_) => stats.count(Outcome::ConnFull, 1),
+                    }
+                    (b, label, Some(mslot))
+                }
+            };
+            if let Some(t) = tracer.as_mut() {
+                if t.wants(pkt.data(), &s) {
+                    stats.count(Outcome::Traced, 1);
+                    t.record(TraceRecord {
+                        worker: *id,
+                        generation: snap.generation,
+                        flow: key,
+                        vip: vs.name.clone(),
+                        conn: if frag.is_some() { "fragment" } else { outcome },
+                        maglev_slot,
+                        backend: snap.backend(backend).map(|b| b.address),
+                        encap: vs.encap.to_string(),
+                    });
+                }
+            }
+            if let Some(fk) = frag {
+                release.clear();
+                frags.decide(&fk, Decision { vip, backend }, now_ns, release, expired);
+                emit(
+                    snap, stats, tx, pool, ident, *seed, pkt, &s, vip, backend, &key,
+                );
+                // Fragments that overtook their first fragment follow it now.
+                for held in release.drain(..) {
+                    match PacketSummary::parse(held.data()) {
+                        Ok(hs) => {
+                            stats.count(Outcome::FragForwarded, 1);
+                            emit(
+                                snap, stats, tx, pool, ident, *seed, held, &hs, vip, backend, &key,
+                            );
+                        }
+                        Err(e) => {
+                            stats.parse_error(e);
+                            pool.put(held);
+                        }
+                    }
+                }
+            } else {
+                emit(
+                    snap, stats, tx, pool, ident, *seed, pkt, &s, vip, backend, &key,
+                );
+            }
+        }
+
+        // Stage 4: housekeeping, a little per burst.
+        frags.sweep(now_ns, SWEEP_FRAGS, expired);
+        stats.count(Outcome::FragExpired, expired.len() as u64);
+        pool.put_all(expired);
+        self.expire(now_ms, SWEEP_BUCKETS);
+    }
+
+    /// Advance the connection-expiry sweep by `buckets` buckets of each table. The runner calls
+    /// this when idle, so entries expire even without traffic.
+    pub fn maintain(&mut self, now_ns: u64, pool: &mut Pool) {
+        let now_ms = (now_ns / 1_000_000) as u32;
+        self.expire(now_ms, 4096);
+        self.frags.sweep(now_ns, 1024, &mut self.expired);
+        self.stats
+            .count(Outcome::FragExpired, self.expired.len() as u64);
+        pool.put_all(&mut self.expired);
+    }
+
+    fn expire(&mut self, now_ms: u32, buckets: usize) {
+        let idle = self.idle_ms;
+        let mut n = 0u64;
+        let keep = |_: &[u8; 13], v: &u64| {
+            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
+            n += !live as u64;
+            live
+        };
+        self.sweep4 = self.conn4.retain_range(self.sweep4, buckets, keep);
+        let keep6 = |_: &[u8; 37], v: &u64| {
+            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
+            n += !live as u64;
+            live
+        };
+        self.sweep6 = self.conn6.retain_range(self.sweep6, buckets, keep6);
+        self.stats.count(Outcome::ConnExpired, n);
+    }
+}
+
+/// Destination address, port and protocol of a flow key (what VIPs match on).
+fn key_target(k: &FlowKey) -> (std::net::IpAddr, u16, fp_wire::ip::IpProtocol) {
+    match k {
+        FlowKey::V4(k) => (k.dst.into(), k.dst_port, k.protocol),
+        FlowKey::V6(k) => (k.dst.into(), k.dst_port, k.protocol),
+    }
+}
+
+/// Encapsulate `p` toward `backend` and queue it for transmission (or drop it, counted).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn emit(
+    snap: &Snapshot,
+    stats: &WorkerStats,
+    tx: &mut Vec<Packet>,
+    pool: &mut Pool,
+    ident: &mut u16,
+    seed: u64,
+    mut p: Packet,
+    s: &PacketSummary,
+    vip: u32,
+    backend: u32,
+    key: &FlowKey,
+) {
+    let Some(enc) = snap.encap(vip, backend) else {
+        stats.count(Outcome::NoBackend, 1);
+        pool.put(p);
+        return;
+    };
+    let inner_len = s.l3_len as u64;
+    let start = p.start();
+    if snap.vips[vip as usize].encap == EncapKind::L2Dsr {
+        if fp_wire::ethernet::rewrite_macs(p.data_mut(), enc.l2.dst, enc.l2.src).is_err() {
+            stats.count(Outcome::EncapFailed, 1);
+            pool.put(p);
+            return;
+        }
+    } else {
+        let inner = start + s.l3_offset as usize..start + s.l3_end();
+        let needs_hash = matches!(enc.ip, fp_wire::encap::OuterIp::V6 { .. })
+            || matches!(enc.tunnel, fp_wire::encap::Tunnel::Vxlan { .. });
+        let flow_hash = if needs_hash { key.hash(seed) } else { 0 };
+        *ident = ident.wrapping_add(1);
+        match enc.encapsulate(p.buffer(), inner.clone(), flow_hash, *ident) {
+            Ok(new_start) => p.set_frame(new_start, inner.end - new_start),
+            Err(_) => {
+                stats.count(Outcome::EncapFailed, 1);
+                pool.put(p);
+                return;
+            }
+        }
+    }
+    stats.count(Outcome::Tx, 1);
+    stats.count(Outcome::TxBytes, p.len() as u64);
+    if let Some(c) = stats.vip(vip as usize) {
+        c.packets.inc();
+        c.bytes.add(inner_len);
+    }
+    if let Some(c) = stats.backend(backend as usize) {
+        c.packets.inc();
+        c.bytes.add(inner_len);
+    }
+    tx.push(p);
+}

@@ -1,0 +1,592 @@
+//! What the workers read: an immutable [`Snapshot`] of the configuration, backend health and the
+//! Maglev tables, built off the data path and published atomically.
+//!
+//! The control side (the single writer) owns a [`Builder`]: it keeps the stable backend ids (an
+//! address keeps its id across configuration changes, so connection entries stay meaningful) and
+//! the health of every backend, and turns (config, health) into a new `Snapshot`, rebuilding the
+//! Maglev table of each VIP from its *healthy* backends. [`Published`] hands the newest snapshot
+//! to the workers: a worker checks one atomic generation number per batch and only takes the
+//! (uncontended, rare) lock when it changed. No packet ever sees half of a configuration: a batch
+//! runs entirely against the snapshot it started with.
+
+use crate::config::{EncapKind, LbConfig, VipMatch};
+use fp_wire::encap::{Encap, OuterIp, OuterL2, Tunnel};
+use fp_wire::ethernet::MacAddr;
+use fp_wire::ip::IpProtocol;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A backend's runtime state.
+#[derive(Clone, Debug)]
+pub struct BackendState {
+    /// Stable id (index into [`Snapshot::backends`]).
+    pub id: u32,
+    /// Address.
+    pub address: IpAddr,
+    /// Maglev name.
+    pub name: String,
+    /// Healthy (health checks, or an operator's mark).
+    pub healthy: bool,
+    /// MAC, if configured.
+    pub mac: Option<MacAddr>,
+}
+
+/// A VIP's runtime state.
+#[derive(Debug)]
+pub struct VipState {
+    /// Dense id (index into [`Snapshot::vips`]).
+    pub id: u32,
+    /// Name.
+    pub name: String,
+    /// Matching rule.
+    pub matcher: VipMatch,
+    /// Port (0 = any).
+    pub port: u16,
+    /// Protocol.
+    pub protocol: IpProtocol,
+    /// Encapsulation.
+    pub encap: EncapKind,
+    /// The Maglev table over the healthy backends (`None` when none is healthy).
+    pub table: Option<fp_maglev::Table>,
+    /// Backend id of each Maglev table backend index.
+    pub table_ids: Vec<u32>,
+    /// Bitmap over backend ids: healthy members of this VIP (what a tracked connection may keep).
+    member_bits: Vec<u64>,
+    /// Every configured backend id of the VIP (healthy or not).
+    pub members: Vec<u32>,
+}
+
+impl VipState {
+    /// Whether backend `id` currently serves this VIP.
+    #[inline(always)]
+    pub fn serves(&self, id: u32) -> bool {
+        self.member_bits
+            .get(id as usize / 64)
+            .is_some_and(|w| w >> (id % 64) & 1 == 1)
+    }
+
+    /// Maglev selection: the backend id for a flow hash, if any backend is healthy.
+    #[inline(always)]
+    pub fn select(&self, flow_hash: u64) -> Option<(u32, u32)> {
+        let t = self.table.as_ref()?;
+        let slot = t.slot(flow_hash);
+        Some((self.table_ids[t.entries()[slot] as usize], slot as u32))
+    }
+}
+
+/// Exact VIP key: (address, port, protocol).
+type ExactKey = (IpAddr, u16, u8);
+
+/// A prefix group at run time: its prefixes, and its suffix VIPs as (VIP id, suffix, suffix length),
+/// longest suffix first.
+#[derive(Debug)]
+struct GroupState {
+    prefixes: Vec<crate::config::Prefix>,
+    suffixes: Vec<(u32, u128, u8)>,
+}
+
+/// The immutable view workers forward with.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Generation: increases with every publication.
+    pub generation: u64,
+    /// The configuration it was built from.
+    pub config: Arc<LbConfig>,
+    /// VIPs by id.
+    pub vips: Vec<VipState>,
+    /// Backends by stable id (`None` for ids of backends no longer configured).
+    pub backends: Vec<Option<BackendState>>,
+    exact: hashbrown::HashMap<ExactKey, u32>,
+    /// (address, protocol) pairs that some exact VIP uses, for non-first fragments (no port).
+    exact_addrs: hashbrown::HashSet<(IpAddr, u8)>,
+    groups: Vec<GroupState>,
+    /// Outer encapsulation recipe per (VIP id, backend id), built once.
+    encaps: hashbrown::HashMap<(u32, u32), Encap>,
+}
+
+impl Snapshot {
+    /// Match a destination to a VIP. `port = None` for non-first fragments: any VIP on the address
+    /// and protocol matches (the datagram's first fragment decides the real one).
+    #[inline]
+    pub fn match_vip(&self, dst: IpAddr, port: Option<u16>, proto: IpProtocol) -> Option<u32> {
+        match port {
+            Some(p) => {
+                if let Some(&v) = self.exact.get(&(dst, p, proto.0)) {
+                    return Some(v);
+                }
+                if let Some(&v) = self.exact.get(&(dst, 0, proto.0)) {
+                    return Some(v);
+                }
+            }
+            None => {
+                if self.exact_addrs.contains(&(dst, proto.0)) {
+                    return Some(u32::MAX);
+                }
+            }
+        }
+        if self.groups.is_empty() {
+            return None;
+        }
+        self.match_suffix(dst, port, proto)
+    }
+
+    #[cold]
+    fn match_suffix(&self, dst: IpAddr, port: Option<u16>, proto: IpProtocol) -> Option<u32> {
+        // Longest prefix over all groups, then longest suffix within that group (Maglev §4.2).
+        let mut best: Option<(usize, u8)> = None;
+        for (g, group) in self.groups.iter().enumerate() {
+            for p in &group.prefixes {
+                if p.contains(dst) && best.is_none_or(|(_, l)| p.len > l) {
+                    best = Some((g, p.len));
+                }
+            }
+        }
+        let (g, _) = best?;
+        let host = crate::config::low_bits(dst, 128);
+        self.groups[g]
+            .suffixes
+            .iter()
+            .find_map(|&(id, suffix, len)| {
+                let v = &self.vips[id as usize];
+                let port_ok = match port {
+                    Some(p) => v.port == 0 || v.port == p,
+                    None => true,
+                };
+                let mask = if len >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << len) - 1
+                };
+                (port_ok && v.protocol == proto && host & mask == suffix).then_some(id)
+            })
+    }
+
+    /// The encapsulation recipe toward a backend of a VIP.
+    #[inline]
+    pub fn encap(&self, vip: u32, backend: u32) -> Option<&Encap> {
+        self.encaps.get(&(vip, backend))
+    }
+
+    /// A backend's state.
+    #[inline]
+    pub fn backend(&self, id: u32) -> Option<&BackendState> {
+        self.backends.get(id as usize).and_then(|b| b.as_ref())
+    }
+}
+
+/// Turns configurations and health into snapshots, keeping backend ids stable. Control side only.
+#[derive(Debug, Default)]
+pub struct Builder {
+    ids: HashMap<IpAddr, u32>,
+    health: HashMap<IpAddr, bool>,
+    generation: u64,
+}
+
+/// Why a snapshot could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// More distinct backends over time than counter slots.
+    #[error("balancer.max_backends: backend id {id} exceeds the {max} counter slots")]
+    TooManyBackends {
+        /// The id that did not fit.
+        id: u32,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// Maglev refused the backend set.
+    #[error("vip {vip:?}: {source}")]
+    Maglev {
+        /// The VIP.
+        vip: String,
+        /// Maglev's error.
+        source: fp_maglev::Error,
+    },
+}
+
+impl Builder {
+    /// A builder with no backends known yet.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Mark a backend up or down. Returns whether this changed anything.
+    pub fn set_health(&mut self, addr: IpAddr, healthy: bool) -> bool {
+        self.health.insert(addr, healthy) != Some(healthy)
+    }
+
+    /// Current health of an address (backends start healthy).
+    pub fn healthy(&self, addr: IpAddr) -> bool {
+        self.health.get(&addr).copied().unwrap_or(true)
+    }
+
+    fn id_of(&mut self, addr: IpAddr) -> u32 {
+        let next = self.ids.len() as u32;
+        *self.ids.entry(addr).or_insert(next)
+    }
+
+    /// Build the snapshot for `config` and the current health.
+    pub fn build(&mut self, config: Arc<LbConfig>) -> Result<Snapshot, BuildError> {
+        let b = &config.balancer;
+        let maglev =
+            fp_maglev::Config::new(b.maglev_size as u64, b.seed).expect("validated maglev_size");
+        // Backends (stable ids).
+        let mut backends: Vec<Option<BackendState>> = Vec::new();
+        for vip in &config.vips {
+            for spec in &vip.backends {
+                let id = self.id_of(spec.address);
+                if id as usize >= b.max_backends {
+                    return Err(BuildError::TooManyBackends {
+                        id,
+                        max: b.max_backends,
+                    });
+                }
+                if backends.len() <= id as usize {
+                    backends.resize(id as usize + 1, None);
+                }
+                backends[id as usize] = Some(BackendState {
+                    id,
+                    address: spec.address,
+                    name: spec.name.clone(),
+                    healthy: self.healthy(spec.address),
+                    mac: spec.mac,
+                });
+            }
+        }
+        let words = backends.len().div_ceil(64);
+        let mut vips = Vec::new();
+        let mut exact = hashbrown::HashMap::new();
+        let mut exact_addrs = hashbrown::HashSet::new();
+        let mut groups: Vec<GroupState> = config
+            .prefix_groups
+            .iter()
+            .map(|g| GroupState {
+                prefixes: g.prefixes.clone(),
+                suffixes: Vec::new(),
+            })
+            .collect();
+        let mut encaps = hashbrown::HashMap::new();
+        for (i, v) in config.vips.iter().enumerate() {
+            let id = i as u32;
+            let members: Vec<u32> = v.backends.iter().map(|s| self.ids[&s.address]).collect();
+            let healthy: Vec<&crate::config::BackendSpec> = v
+                .backends
+                .iter()
+                .filter(|s| self.healthy(s.address))
+                .collect();
+            let (table, table_ids) = if healthy.is_empty() {
+                (None, Vec::new())
+            } else {
+                let mb: Vec<fp_maglev::Backend> = healthy
+                    .iter()
+                    .map(|s| fp_maglev::Backend::weighted(s.name.clone(), s.weight))
+                    .collect();
+                let t = fp_maglev::Table::build(&maglev, &mb).map_err(|e| BuildError::Maglev {
+                    vip: v.name.clone(),
+                    source: e,
+                })?;
+                let ids = (0..t.backends().len())
+                    .map(|k| self.ids[&healthy[t.input_index(k as u16)].address])
+                    .collect();
+                (Some(t), ids)
+            };
+            let mut member_bits = vec![0u64; words];
+            for s in &healthy {
+                let bid = self.ids[&s.address];
+                member_bits[bid as usize / 64] |= 1 << (bid % 64);
+            }
+            for s in &v.backends {
+                let bid = self.ids[&s.address];
+                encaps.insert((id, bid), encap_for(b, v.encap, s));
+            }
+            match &v.matcher {
+                VipMatch::Exact(a) => {
+                    exact.insert((*a, v.port, v.protocol.0), id);
+                    exact_addrs.insert((*a, v.protocol.0));
+                }
+                VipMatch::Suffix { group, suffix, len } => {
+                    groups[*group].suffixes.push((id, *suffix, *len));
+                }
+            }
+            vips.push(VipState {
+                id,
+                name: v.name.clone(),
+                matcher: v.matcher.clone(),
+                port: v.port,
+                protocol: v.protocol,
+                encap: v.encap,
+                table,
+                table_ids,
+                member_bits,
+                members,
+            });
+        }
+        for g in &mut groups {
+            g.suffixes.sort_by_key(|s| std::cmp::Reverse(s.2));
+        }
+        self.generation += 1;
+        Ok(Snapshot {
+            generation: self.generation,
+            config,
+            vips,
+            backends,
+            exact,
+            exact_addrs,
+            groups,
+            encaps,
+        })
+    }
+}
+
+/// The outer headers toward one backend of a VIP.
+fn encap_for(
+    b: &crate::config::BalancerSpec,
+    kind: EncapKind,
+    s: &crate::config::BackendSpec,
+) -> Encap {
+    let ip = match s.address {
+        IpAddr::V4(dst) => OuterIp::V4 {
+            src: b.address.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+            dst,
+            ttl: b.ttl,
+        },
+        IpAddr::V6(dst) => OuterIp::V6 {
+            src: b.address6.unwrap_or(std::net::Ipv6Addr::UNSPECIFIED),
+            dst,
+            hop_limit: b.ttl,
+        },
+    };
+    let l2_dst = match kind {
+        EncapKind::L2Dsr => s.mac.unwrap_or(b.gateway_mac),
+        _ => b.gateway_mac,
+    };
+    let tunnel = match kind {
+        EncapKind::Gre | EncapKind::L2Dsr => Tunnel::GRE,
+        EncapKind::Ipip => Tunnel::Ipip,
+        EncapKind::Vxlan { vni } => Tunnel::Vxlan {
+            vni,
+            dst_port: fp_wire::vxlan::UDP_PORT,
+            inner_src: b.mac,
+            inner_dst: s.mac.unwrap_or(MacAddr([0x02, 0, 0, 0, 0x42, 0x01])),
+            udp_checksum: false,
+        },
+    };
+    Encap {
+        l2: OuterL2 {
+            src: b.mac,
+            dst: l2_dst,
+            vlan: None,
+        },
+        ip,
+        tunnel,
+    }
+}
+
+/// The newest value of `T`, handed from one writer to many readers.
+#[derive(Debug)]
+pub struct Published<T> {
+    generation: AtomicU64,
+    current: Mutex<Arc<T>>,
+}
+
+impl<T> Published<T> {
+    /// Start with `value`.
+    pub fn new(value: Arc<T>) -> Published<T> {
+        Published {
+            generation: AtomicU64::new(1),
+            current: Mutex::new(value),
+        }
+    }
+
+    /// Replace the value. Readers pick it up at their next [`Cached::refresh`].
+    pub fn publish(&self, value: Arc<T>) {
+        let mut g = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        *g = value;
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The current value.
+    pub fn load(&self) -> Arc<T> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The publication counter (cheap; changes whenever the value does).
+    #[inline(always)]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// A reader's copy of a [`Published`] value.
+#[derive(Debug)]
+pub struct Cached<T> {
+    source: Arc<Published<T>>,
+    generation: u64,
+    value: Arc<T>,
+}
+
+impl<T> Cached<T> {
+    /// Follow `source`.
+    pub fn new(source: Arc<Published<T>>) -> Cached<T> {
+        let generation = source.generation();
+        let value = source.load();
+        Cached {
+            source,
+            generation,
+            value,
+        }
+    }
+
+    /// Pick up a newer value if one was published. One atomic load when nothing changed.
+    #[inline(always)]
+    pub fn refresh(&mut self) -> bool {
+        let g = self.source.generation();
+        if g == self.generation {
+            return false;
+        }
+        self.generation = g;
+        self.value = self.source.load();
+        true
+    }
+
+    /// The value this reader works with.
+    #[inline(always)]
+    pub fn get(&self) -> &Arc<T> {
+        &self.value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+        [balancer]
+        address = "10.0.0.2"
+        maglev_size = 1009
+        [[prefix_group]]
+        name = "g"
+        prefixes = ["74.125.0.0/16"]
+        [[vip]]
+        name = "web"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["p"]
+        [[vip]]
+        name = "any"
+        address = "203.0.113.11"
+        port = 0
+        protocol = "udp"
+        pools = ["p"]
+        [[vip]]
+        name = "sfx"
+        prefix_group = "g"
+        suffix = "0.0.0.7"
+        suffix_len = 8
+        port = 443
+        protocol = "tcp"
+        pools = ["p"]
+        [[pool]]
+        name = "p"
+        backends = [{ address = "10.0.1.1" }, { address = "10.0.1.2" }, { address = "10.0.1.3" }]
+    "#;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn vip_matching() {
+        let cfg = Arc::new(LbConfig::from_toml(CFG).unwrap());
+        let s = Builder::new().build(cfg).unwrap();
+        assert_eq!(
+            s.match_vip(ip("203.0.113.10"), Some(80), IpProtocol::TCP),
+            Some(0)
+        );
+        assert_eq!(
+            s.match_vip(ip("203.0.113.10"), Some(81), IpProtocol::TCP),
+            None
+        );
+        assert_eq!(
+            s.match_vip(ip("203.0.113.10"), Some(80), IpProtocol::UDP),
+            None
+        );
+        assert_eq!(
+            s.match_vip(ip("203.0.113.11"), Some(5353), IpProtocol::UDP),
+            Some(1)
+        );
+        assert_eq!(
+            s.match_vip(ip("74.125.9.7"), Some(443), IpProtocol::TCP),
+            Some(2)
+        );
+        assert_eq!(
+            s.match_vip(ip("74.125.9.8"), Some(443), IpProtocol::TCP),
+            None
+        );
+        assert_eq!(
+            s.match_vip(ip("74.126.9.7"), Some(443), IpProtocol::TCP),
+            None
+        );
+        // Non-first fragments: address and protocol only.
+        assert!(s
+            .match_vip(ip("203.0.113.10"), None, IpProtocol::TCP)
+            .is_some());
+        assert!(s
+            .match_vip(ip("203.0.113.99"), None, IpProtocol::TCP)
+            .is_none());
+    }
+
+    #[test]
+    fn health_rebuilds_tables_and_ids_are_stable() {
+        let cfg = Arc::new(LbConfig::from_toml(CFG).unwrap());
+        let mut b = Builder::new();
+        let s1 = b.build(cfg.clone()).unwrap();
+        let v = &s1.vips[0];
+        assert_eq!(v.table.as_ref().unwrap().backends().len(), 3);
+        assert!(v.serves(0) && v.serves(1) && v.serves(2));
+        assert!(b.set_health(ip("10.0.1.2"), false));
+        assert!(!b.set_health(ip("10.0.1.2"), false));
+        let s2 = b.build(cfg.clone()).unwrap();
+        let v = &s2.vips[0];
+        assert_eq!(v.table.as_ref().unwrap().backends().len(), 2);
+        assert!(!v.serves(1));
+        assert!(s2.generation > s1.generation);
+        // Selection never returns the down backend.
+        for h in 0..10_000u64 {
+            assert_ne!(v.select(fp_hash::splitmix64(h)).unwrap().0, 1);
+        }
+        // A new config keeps ids of known addresses.
+        let cfg2 = Arc::new(
+            LbConfig::from_toml(&CFG.replace(
+                r#"{ address = "10.0.1.1" }, "#,
+                r#"{ address = "10.0.1.9" }, { address = "10.0.1.1" }, "#,
+            ))
+            .unwrap(),
+        );
+        let s3 = b.build(cfg2).unwrap();
+        assert_eq!(s3.backend(0).unwrap().address, ip("10.0.1.1"));
+        assert_eq!(s3.backend(3).unwrap().address, ip("10.0.1.9"));
+        // All down: no table, no selection.
+        for a in ["10.0.1.1", "10.0.1.3", "10.0.1.9"] {
+            b.set_health(ip(a), false);
+        }
+        let s4 = b.build(s3.config.clone()).unwrap();
+        assert!(s4.vips[0].select(1).is_none());
+    }
+
+    #[test]
+    fn published_refresh() {
+        let p = Arc::new(Published::new(Arc::new(1u32)));
+        let mut c = Cached::new(p.clone());
+        assert!(!c.refresh());
+        p.publish(Arc::new(2));
+        assert!(c.refresh());
+        assert_eq!(**c.get(), 2);
+        assert!(!c.refresh());
+    }
+}

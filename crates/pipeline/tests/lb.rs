@@ -1,0 +1,505 @@
+//! Behaviour of the load balancer's data path, driven through `LbWorker::process` on in-memory
+//! bursts (deterministic: time is an argument, seeds are fixed).
+
+use fp_pipeline::config::LbConfig;
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::lb::LbWorker;
+use fp_pipeline::packet::{burst, Packet, Pool};
+use fp_pipeline::snapshot::{Builder, Published, Snapshot};
+use fp_pipeline::stats::{Outcome, Totals};
+use fp_wire::PacketSummary;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+const BASE: &str = r#"
+[balancer]
+address = "10.0.0.2"
+address6 = "fd00::2"
+mac = "02:00:00:00:00:01"
+gateway_mac = "02:00:00:00:00:fe"
+seed = 42
+maglev_size = 65537
+conn_table_capacity = 200000
+conn_table_capacity_v6 = 20000
+conn_idle_timeout_ms = 10000
+
+[[vip]]
+name = "web"
+address = "203.0.113.10"
+port = 80
+protocol = "tcp"
+pools = ["web"]
+
+[[vip]]
+name = "web6"
+address = "2001:db8::10"
+port = 80
+protocol = "tcp"
+pools = ["web"]
+
+[[vip]]
+name = "dns"
+address = "203.0.113.53"
+port = 53
+protocol = "udp"
+pools = ["web"]
+
+[[vip]]
+name = "dns6"
+address = "2001:db8::53"
+port = 53
+protocol = "udp"
+pools = ["web"]
+
+[[pool]]
+name = "web"
+backends = [BACKENDS]
+"#;
+
+fn config(backends: &[&str]) -> Arc<LbConfig> {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ address = \"{b}\" }}"))
+        .collect();
+    Arc::new(LbConfig::from_toml(&BASE.replace("BACKENDS", &list.join(", "))).unwrap())
+}
+
+struct Harness {
+    builder: Builder,
+    published: Arc<Published<Snapshot>>,
+    worker: LbWorker,
+    pool: Pool,
+}
+
+impl Harness {
+    fn new(backends: &[&str]) -> Harness {
+        let mut builder = Builder::new();
+        let snap = builder.build(config(backends)).unwrap();
+        let published = Arc::new(Published::new(Arc::new(snap)));
+        let worker = LbWorker::new(0, published.clone(), 7).unwrap();
+        Harness {
+            builder,
+            published,
+            worker,
+            pool: Pool::new(4096),
+        }
+    }
+
+    fn reconfigure(&mut self, backends: &[&str]) {
+        let snap = self.builder.build(config(backends)).unwrap();
+        self.published.publish(Arc::new(snap));
+    }
+
+    fn set_health(&mut self, addr: &str, up: bool) {
+        self.builder.set_health(addr.parse().unwrap(), up);
+        let cfg = self.published.load().config.clone();
+        let snap = self.builder.build(cfg).unwrap();
+        self.published.publish(Arc::new(snap));
+    }
+
+    /// Send frames (in bursts of 32) at time `now_ns`; return the frames that came out.
+    fn send(&mut self, frames: &[Vec<u8>], now_ns: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for chunk in frames.chunks(32) {
+            let mut rx = burst();
+            let mut tx = burst();
+            for f in chunk {
+                let mut p: Packet = self.pool.get().expect("pool");
+                assert!(p.fill(f));
+                rx.push(p);
+            }
+            self.worker
+                .process(&mut rx, &mut tx, &mut self.pool, now_ns);
+            out.extend(tx.iter().map(|p| p.data().to_vec()));
+            self.pool.put_all(&mut tx);
+        }
+        out
+    }
+
+    fn totals(&self) -> Totals {
+        Totals::sum([&**self.worker.stats()])
+    }
+}
+
+/// The backend an encapsulated frame goes to (outer destination).
+fn backend_of(frame: &[u8]) -> IpAddr {
+    let s = PacketSummary::parse(frame).unwrap();
+    s.dst()
+}
+
+fn flow(i: u32) -> Endpoints {
+    Endpoints {
+        src: IpAddr::from([198, 18, (i >> 16) as u8, (i >> 8) as u8]),
+        sport: 1024 + (i % 50000) as u16,
+        dst: "203.0.113.10".parse().unwrap(),
+        dport: 80,
+    }
+}
+
+const FIVE: [&str; 5] = ["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5"];
+
+#[test]
+fn golden_gre_bytes() {
+    let mut h = Harness::new(&["10.0.1.1"]);
+    let input = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
+    let out = h.send(&[input.clone()], 1_000_000_000);
+    assert_eq!(out.len(), 1);
+    let o = &out[0];
+    assert_eq!(o.len(), input.len() + 24);
+    // Outer Ethernet: to the gateway, from the balancer, IPv4.
+    assert_eq!(
+        &o[..14],
+        &[2, 0, 0, 0, 0, 0xfe, 2, 0, 0, 0, 0, 1, 0x08, 0x00]
+    );
+    // Outer IPv4: version/IHL, TOS copied (0), total length, ident 1, DF copied from the inner
+    // packet (set), TTL 64, protocol 47 (GRE), checksum, 10.0.0.2 -> 10.0.1.1.
+    let total = (input.len() - 14 + 24) as u16;
+    let mut ip = vec![0x45, 0x00];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[
+        0x00, 0x01, 0x40, 0x00, 64, 47, 0, 0, 10, 0, 0, 2, 10, 0, 1, 1,
+    ]);
+    let csum = fp_wire::checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&csum.to_be_bytes());
+    assert_eq!(&o[14..34], &ip[..]);
+    // GRE: no flags, version 0, protocol type IPv4.
+    assert_eq!(&o[34..38], &[0, 0, 0x08, 0x00]);
+    // The inner packet is untouched.
+    assert_eq!(&o[38..], &input[14..]);
+}
+
+#[test]
+fn ipv6_vip_over_ipv4_backend() {
+    let mut h = Harness::new(&["10.0.1.1"]);
+    let e = Endpoints::new("2001:db8::7", 5555, "2001:db8::10", 80);
+    let input = craft::tcp(&e, true);
+    let out = h.send(&[input.clone()], 0);
+    assert_eq!(out.len(), 1);
+    assert_eq!(&out[0][34..38], &[0, 0, 0x86, 0xdd]);
+    assert_eq!(&out[0][38..], &input[14..]);
+    assert_eq!(h.worker.connections(), (0, 1));
+}
+
+#[test]
+fn connections_persist_across_backend_changes() {
+    let mut h = Harness::new(&FIVE);
+    let flows: Vec<Endpoints> = (0..20_000).map(flow).collect();
+    let syns: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, true)).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let first: Vec<IpAddr> = h.send(&syns, 0).iter().map(|f| backend_of(f)).collect();
+    assert_eq!(first.len(), flows.len());
+
+    // Add a backend and remove another (10.0.1.5): every connection whose backend remains keeps it.
+    h.reconfigure(&["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.6"]);
+    let after: Vec<IpAddr> = h
+        .send(&acks, 1_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    let removed: IpAddr = "10.0.1.5".parse().unwrap();
+    let mut moved_of_removed = 0;
+    for (a, b) in first.iter().zip(&after) {
+        if *a == removed {
+            assert_ne!(b, &removed);
+            moved_of_removed += 1;
+        } else {
+            assert_eq!(
+                a, b,
+                "a tracked connection moved although its backend stayed"
+            );
+        }
+    }
+    assert!(moved_of_removed > 0);
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::ConnReselect), moved_of_removed);
+
+    // A backend going down: only its connections move; it comes back up: they stay where they are.
+    h.set_health("10.0.1.2", false);
+    let down: Vec<IpAddr> = h
+        .send(&acks, 2_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    for (a, b) in after.iter().zip(&down) {
+        if *a == "10.0.1.2".parse::<IpAddr>().unwrap() {
+            assert_ne!(a, b);
+        } else {
+            assert_eq!(a, b);
+        }
+    }
+    h.set_health("10.0.1.2", true);
+    let up: Vec<IpAddr> = h
+        .send(&acks, 3_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    assert_eq!(
+        down, up,
+        "recovered backend must not steal tracked connections"
+    );
+}
+
+#[test]
+fn without_tracking_moves_match_maglev_disruption() {
+    // A fresh worker (a new balancer, or a full table) sees established packets with no entries:
+    // the share of connections that change backend must be Maglev's table disruption.
+    let flows: Vec<Endpoints> = (0..40_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let mut before = Harness::new(&FIVE);
+    let a: Vec<IpAddr> = before
+        .send(&acks, 0)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    let six = [
+        "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5", "10.0.1.6",
+    ];
+    let mut after = Harness::new(&six);
+    let b: Vec<IpAddr> = after.send(&acks, 0).iter().map(|f| backend_of(f)).collect();
+    let moved = a.iter().zip(&b).filter(|(x, y)| x != y).count() as f64 / a.len() as f64;
+    // The Maglev tables' own disruption between the two backend sets.
+    let t1 = &before.published.load().vips[0];
+    let t2 = &after.published.load().vips[0];
+    let d = t1
+        .table
+        .as_ref()
+        .unwrap()
+        .diff(t2.table.as_ref().unwrap())
+        .unwrap();
+    let table_moved = d.changed_fraction();
+    // Ideal for adding 1 of 6 is 1/6; Maglev moves a little more. Flows sample the table.
+    assert!(
+        (moved - table_moved).abs() < 0.01,
+        "flows moved {moved:.4}, table {table_moved:.4}"
+    );
+    assert!(moved > 1.0 / 6.0 - 0.01 && moved < 0.25, "{moved}");
+}
+
+#[test]
+fn balance_within_one_percent() {
+    // Maglev table: with M > 100 x backends every backend's share is within 1% of the average.
+    let h = Harness::new(&FIVE);
+    let snap = h.published.load();
+    let counts = snap.vips[0].table.as_ref().unwrap().counts();
+    let avg = 65537.0 / 5.0;
+    for c in &counts {
+        assert!((*c as f64 - avg).abs() / avg <= 0.01, "{counts:?}");
+    }
+    // Flows through the pipeline follow the table: 200K new connections, shares within 5 standard
+    // deviations of a fair split (sqrt(p(1-p)/n) = 0.09% here).
+    let mut h = Harness::new(&FIVE);
+    let syns: Vec<Vec<u8>> = (0..200_000).map(|i| craft::tcp(&flow(i), true)).collect();
+    let mut per: HashMap<IpAddr, usize> = HashMap::new();
+    for f in h.send(&syns, 0) {
+        *per.entry(backend_of(&f)).or_default() += 1;
+    }
+    assert_eq!(per.len(), 5);
+    let sd = (0.2f64 * 0.8 / 200_000.0).sqrt();
+    for (b, n) in &per {
+        let share = *n as f64 / 200_000.0;
+        assert!((share - 0.2).abs() < 5.0 * sd + 0.002, "{b}: {share}");
+    }
+    let t = h.totals();
+    let conns: u64 = t.backend.iter().map(|x| x.2).sum();
+    assert_eq!(conns, 200_000);
+}
+
+fn fragments_case(e: Endpoints, reverse: bool) {
+    let mut h = Harness::new(&FIVE);
+    let mut frags = craft::udp_fragments(&e, 4000, 1200, 99);
+    assert!(frags.len() >= 4);
+    if reverse {
+        frags.reverse();
+    }
+    // Send them one per burst, at increasing times, in the chosen order.
+    let mut out = Vec::new();
+    for (i, f) in frags.iter().enumerate() {
+        out.extend(h.send(std::slice::from_ref(f), i as u64 * 1000));
+    }
+    assert_eq!(out.len(), frags.len(), "every fragment forwarded");
+    let dst: Vec<IpAddr> = out.iter().map(|f| backend_of(f)).collect();
+    assert!(
+        dst.iter().all(|d| *d == dst[0]),
+        "fragments split over backends: {dst:?}"
+    );
+    // And it is the backend an unfragmented datagram of the same flow gets.
+    let whole = h.send(&[craft::udp(&e, 10)], 10_000);
+    assert_eq!(backend_of(&whole[0]), dst[0]);
+    let t = h.totals();
+    assert_eq!(
+        t.get(Outcome::FragHeld),
+        if reverse { frags.len() as u64 - 1 } else { 0 }
+    );
+    assert_eq!(h.worker.held_fragments(), 0);
+}
+
+#[test]
+fn fragments_in_order_and_reversed_reach_one_backend() {
+    for e in [
+        Endpoints::new("198.51.100.9", 3333, "203.0.113.53", 53),
+        Endpoints::new("2001:db8::9", 3333, "2001:db8::53", 53),
+    ] {
+        fragments_case(e, false);
+        fragments_case(e, true);
+    }
+}
+
+#[test]
+fn unmatched_fragments_expire_and_are_counted() {
+    let mut h = Harness::new(&FIVE);
+    let e = Endpoints::new("198.51.100.9", 3333, "203.0.113.53", 53);
+    let frags = craft::udp_fragments(&e, 4000, 1200, 5);
+    // Only the non-first fragments arrive.
+    assert!(h.send(&frags[1..], 0).is_empty());
+    assert_eq!(h.worker.held_fragments(), frags.len() - 1);
+    // Past the fragment timeout (2 s default) the sweep drops them.
+    let mut pool = Pool::new(16);
+    h.worker.maintain(3_000_000_000, &mut pool);
+    assert_eq!(h.worker.held_fragments(), 0);
+    assert_eq!(h.totals().get(Outcome::FragExpired), frags.len() as u64 - 1);
+}
+
+#[test]
+fn drops_are_counted_by_reason() {
+    let mut h = Harness::new(&FIVE);
+    let good = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
+    let non_vip = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.99", 80, true);
+    let wrong_port = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 81, true);
+    let truncated = good[..30].to_vec();
+    let mut bad_csum = good.clone();
+    bad_csum[24] ^= 0xff; // IPv4 header checksum
+    let mut arp = good.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    let out = h.send(&[good, non_vip, wrong_port, truncated, bad_csum, arp], 0);
+    assert_eq!(out.len(), 1);
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::Rx), 6);
+    assert_eq!(t.get(Outcome::NonVip), 2);
+    assert_eq!(t.parse_total(), 3);
+    assert_eq!(t.get(Outcome::Tx), 1);
+    let reasons: Vec<&str> = t.drops().iter().map(|d| d.0).collect();
+    assert!(reasons.contains(&"drop_non_vip"), "{reasons:?}");
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert_eq!(h.pool.in_use(), 0, "no buffer leaked");
+}
+
+#[test]
+fn no_healthy_backend_drops_and_full_table_still_forwards() {
+    let mut h = Harness::new(&["10.0.1.1"]);
+    h.set_health("10.0.1.1", false);
+    let out = h.send(
+        &[craft::tcp_v4("198.51.100.7", 1, "203.0.113.10", 80, true)],
+        0,
+    );
+    assert!(out.is_empty());
+    assert_eq!(h.totals().get(Outcome::NoBackend), 1);
+
+    // A tiny connection table: once full, new connections are still forwarded by Maglev.
+    let text = BASE
+        .replace(
+            "BACKENDS",
+            "{ address = \"10.0.1.1\" }, { address = \"10.0.1.2\" }",
+        )
+        .replace("conn_table_capacity = 200000", "conn_table_capacity = 64");
+    let mut b = Builder::new();
+    let p = Arc::new(Published::new(Arc::new(
+        b.build(Arc::new(LbConfig::from_toml(&text).unwrap()))
+            .unwrap(),
+    )));
+    let mut w = LbWorker::new(0, p, 1).unwrap();
+    let mut pool = Pool::new(256);
+    let mut sent = 0;
+    for i in 0..200u32 {
+        let mut rx = burst();
+        let mut tx = burst();
+        let mut pk = pool.get().unwrap();
+        pk.fill(&craft::tcp(&flow(i), true));
+        rx.push(pk);
+        w.process(&mut rx, &mut tx, &mut pool, 0);
+        sent += tx.len();
+        pool.put_all(&mut tx);
+    }
+    assert_eq!(sent, 200);
+    let t = Totals::sum([&**w.stats()]);
+    assert!(t.get(Outcome::ConnFull) > 0);
+    assert_eq!(t.get(Outcome::ConnFull) + t.get(Outcome::ConnInsert), 200);
+}
+
+#[test]
+fn idle_connections_expire() {
+    let mut h = Harness::new(&FIVE);
+    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
+    h.send(&syns, 0);
+    assert_eq!(h.worker.connections().0, 1000);
+    let mut pool = Pool::new(16);
+    // Not yet idle long enough (10 s timeout).
+    for _ in 0..200 {
+        h.worker.maintain(9_000_000_000, &mut pool);
+    }
+    assert_eq!(h.worker.connections().0, 1000);
+    for _ in 0..200 {
+        h.worker.maintain(11_000_000_000, &mut pool);
+    }
+    assert_eq!(h.worker.connections().0, 0);
+    assert_eq!(h.totals().get(Outcome::ConnExpired), 1000);
+}
+
+#[test]
+fn icmp_errors_follow_the_quoted_connection() {
+    let mut h = Harness::new(&FIVE);
+    let client = Endpoints::new("198.51.100.7", 40000, "203.0.113.10", 80);
+    let out = h.send(&[craft::tcp(&client, true)], 0);
+    let backend = backend_of(&out[0]);
+    // A router sends "fragmentation needed" about a reply packet (VIP:80 -> client:40000), to the VIP.
+    let reply = craft::tcp(
+        &Endpoints::new("203.0.113.10", 80, "198.51.100.7", 40000),
+        false,
+    );
+    let icmp = icmp_frag_needed("192.0.2.1", "203.0.113.10", &reply[14..]);
+    let out = h.send(&[icmp], 1000);
+    assert_eq!(out.len(), 1);
+    assert_eq!(backend_of(&out[0]), backend);
+}
+
+fn icmp_frag_needed(router: &str, to: &str, quoted_ip: &[u8]) -> Vec<u8> {
+    let q = &quoted_ip[..28.min(quoted_ip.len())];
+    let mut f = vec![0u8; 14 + 20 + 8 + q.len()];
+    fp_wire::ethernet::EthernetRepr {
+        src_addr: craft::CLIENT_MAC,
+        dst_addr: craft::BALANCER_MAC,
+        ethertype: fp_wire::ethernet::EtherType::IPV4,
+    }
+    .emit(&mut f)
+    .unwrap();
+    fp_wire::ipv4::Ipv4Repr::new(
+        router.parse().unwrap(),
+        to.parse().unwrap(),
+        fp_wire::ip::IpProtocol::ICMP,
+        (8 + q.len()) as u16,
+        64,
+    )
+    .emit(&mut f[14..])
+    .unwrap();
+    f[34] = 3; // destination unreachable
+    f[35] = 4; // fragmentation needed
+    f[40..42].copy_from_slice(&1400u16.to_be_bytes());
+    f[42..].copy_from_slice(q);
+    let c = fp_wire::checksum::checksum(&f[34..]);
+    f[36..38].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+#[test]
+fn config_change_applies_between_bursts() {
+    let mut h = Harness::new(&["10.0.1.1"]);
+    let g1 = h.worker.generation();
+    h.reconfigure(&["10.0.1.2"]);
+    // The next burst picks up the new snapshot: new connections go to the new backend.
+    let out = h.send(
+        &[craft::tcp_v4("198.51.100.7", 1, "203.0.113.10", 80, true)],
+        0,
+    );
+    assert_eq!(backend_of(&out[0]), "10.0.1.2".parse::<IpAddr>().unwrap());
+    assert!(h.worker.generation() > g1);
+}
