@@ -143,7 +143,7 @@ const FIVE: [&str; 5] = ["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1
 fn golden_gre_bytes() {
     let mut h = Harness::new(&["10.0.1.1"]);
     let input = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
-    let out = h.send(&[input.clone()], 1_000_000_000);
+    let out = h.send(std::slice::from_ref(&input), 1_000_000_000);
     assert_eq!(out.len(), 1);
     let o = &out[0];
     assert_eq!(o.len(), input.len() + 24);
@@ -174,7 +174,7 @@ fn ipv6_vip_over_ipv4_backend() {
     let mut h = Harness::new(&["10.0.1.1"]);
     let e = Endpoints::new("2001:db8::7", 5555, "2001:db8::10", 80);
     let input = craft::tcp(&e, true);
-    let out = h.send(&[input.clone()], 0);
+    let out = h.send(std::slice::from_ref(&input), 0);
     assert_eq!(out.len(), 1);
     assert_eq!(&out[0][34..38], &[0, 0, 0x86, 0xdd]);
     assert_eq!(&out[0][38..], &input[14..]);
