@@ -89,6 +89,20 @@ pub struct Departure<M, O> {
     pub now: u64,
 }
 
+/// Where departures go: a `Vec<Departure>` collects them; a network function's wrapper can turn them
+/// into its own decisions on the fly (as [`FlowletLb`](crate::FlowletLb) does).
+pub trait Departures<M, O> {
+    /// A packet leaves (in transmit order).
+    fn depart(&mut self, d: Departure<M, O>);
+}
+
+impl<M, O> Departures<M, O> for Vec<Departure<M, O>> {
+    #[inline(always)]
+    fn depart(&mut self, d: Departure<M, O>) {
+        self.push(d);
+    }
+}
+
 /// One worker's Switcharoo table, its network function and its recirculation queue.
 pub struct Engine<K, F: FlowFn<K>> {
     table: Table<K, F::Value>,
@@ -176,9 +190,10 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
 
     /// One pass at time `now` (ns): previous pass's swaps and recirculated packets, then `arrivals`
     /// (key, metadata, arrival time). Departures are appended to `out` in departure order.
-    pub fn run_pass<I>(&mut self, arrivals: I, now: u64, out: &mut Vec<Departure<F::Meta, F::Out>>)
+    pub fn run_pass<I, D>(&mut self, arrivals: I, now: u64, out: &mut D)
     where
         I: IntoIterator<Item = (K, F::Meta, u64)>,
+        D: Departures<F::Meta, F::Out>,
     {
         self.table.begin_pass();
         let mut fresh = mem::take(&mut self.fresh);
@@ -259,7 +274,7 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
 
     /// Run passes without new packets until nothing is in flight (at most [`pass_bound`](Self::pass_bound)
     /// passes). Returns the number of passes run.
-    pub fn flush(&mut self, now: u64, out: &mut Vec<Departure<F::Meta, F::Out>>) -> u32 {
+    pub fn flush<D: Departures<F::Meta, F::Out>>(&mut self, now: u64, out: &mut D) -> u32 {
         let mut n = 0;
         while !self.is_idle() {
             self.run_pass(core::iter::empty(), now, out);
@@ -290,11 +305,11 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
     }
 
     #[inline(always)]
-    fn data_pass(
+    fn data_pass<D: Departures<F::Meta, F::Out>>(
         &mut self,
         mut p: DataPacket<K, F::Meta, F::Out>,
         now: u64,
-        out: &mut Vec<Departure<F::Meta, F::Out>>,
+        out: &mut D,
     ) {
         let at = self.recirc_at(now);
         let mut fx = Fx {
@@ -321,7 +336,7 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
             Verdict::Exit(o) => Fate::Exit(o),
             Verdict::Drop(r) => Fate::Drop(r),
         };
-        out.push(Departure {
+        out.depart(Departure {
             meta: p.meta,
             fate,
             passes: p.passes(),

@@ -19,7 +19,7 @@
 //! of four ports at random).
 
 use crate::config::{Config, ConfigError, Expiry, ExpiryFrom};
-use crate::engine::{Departure, Engine, EngineConfig, Fate};
+use crate::engine::{Departure, Departures, Engine, EngineConfig, Fate};
 use crate::key::{FiveTuple, FlowKey};
 use crate::table::{DropReason, FlowFn, Stats};
 use thiserror::Error;
@@ -129,7 +129,8 @@ pub struct FlowletCounters {
 pub struct FlowletFn {
     timeout_ns: u64,
     policy: Policy,
-    load: Vec<u64>,
+    /// Per output: [load seen by the policy, packets, bytes].
+    per_output: Vec<[u64; 3]>,
     rng: u64,
     counters: FlowletCounters,
 }
@@ -139,13 +140,9 @@ impl FlowletFn {
         FlowletFn {
             timeout_ns,
             policy,
-            load: vec![0; outputs as usize],
+            per_output: vec![[0; 3]; outputs as usize],
             rng: seed,
-            counters: FlowletCounters {
-                packets_per_output: vec![0; outputs as usize],
-                bytes_per_output: vec![0; outputs as usize],
-                ..FlowletCounters::default()
-            },
+            counters: FlowletCounters::default(),
         }
     }
 
@@ -154,12 +151,14 @@ impl FlowletFn {
         match self.policy {
             Policy::Random => {
                 self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                fp_hash::reduce(fp_hash::splitmix64(self.rng), self.load.len() as u64) as u16
+                fp_hash::reduce(fp_hash::splitmix64(self.rng), self.per_output.len() as u64) as u16
             }
             Policy::LeastLoaded => {
                 let mut best = 0;
-                for (i, &l) in self.load.iter().enumerate() {
-                    if l < self.load[best] {
+                let mut least = u64::MAX;
+                for (i, o) in self.per_output.iter().enumerate() {
+                    if o[0] < least {
+                        least = o[0];
                         best = i;
                     }
                 }
@@ -170,10 +169,11 @@ impl FlowletFn {
 
     #[inline]
     fn send(&mut self, output: u16, len: u32) {
-        let o = output as usize;
-        self.load[o] += len as u64;
-        self.counters.packets_per_output[o] += 1;
-        self.counters.bytes_per_output[o] += len as u64;
+        if let Some(o) = self.per_output.get_mut(output as usize) {
+            o[0] += len as u64;
+            o[1] += 1;
+            o[2] += len as u64;
+        }
     }
 }
 
@@ -320,7 +320,25 @@ where
     K: FlowKey + Default,
 {
     engine: Engine<K, FlowletFn>,
-    scratch: Vec<Departure<PacketMeta, FlowletOut>>,
+}
+
+/// Turns departures into decisions as they happen.
+struct ToDecisions<'a>(&'a mut Vec<Decision>);
+
+impl Departures<PacketMeta, FlowletOut> for ToDecisions<'_> {
+    #[inline(always)]
+    fn depart(&mut self, d: Departure<PacketMeta, FlowletOut>) {
+        let (action, event) = match d.fate {
+            Fate::Exit(o) => (Action::Forward(o.output), o.event),
+            Fate::Drop(r) => (Action::Drop(r), FlowletEvent::default()),
+        };
+        self.0.push(Decision {
+            token: d.meta.token,
+            action,
+            event,
+            passes: d.passes,
+        });
+    }
 }
 
 impl<K: FlowKey + Default> FlowletLb<K> {
@@ -345,7 +363,6 @@ impl<K: FlowKey + Default> FlowletLb<K> {
         );
         Ok(FlowletLb {
             engine: Engine::new(&table, cfg.engine, nf)?,
-            scratch: Vec::with_capacity(64),
         })
     }
 
@@ -354,7 +371,6 @@ impl<K: FlowKey + Default> FlowletLb<K> {
     /// leave in this pass are appended to `out` in transmit order; the others stay in flight and get
     /// their decision in a later call. Never allocates once warmed up.
     pub fn process(&mut self, now_ns: u64, pkts: &[PacketIn<K>], out: &mut Vec<Decision>) {
-        let mut scratch = core::mem::take(&mut self.scratch);
         self.engine.run_pass(
             pkts.iter().map(|p| {
                 (
@@ -368,34 +384,14 @@ impl<K: FlowKey + Default> FlowletLb<K> {
                 )
             }),
             now_ns,
-            &mut scratch,
+            &mut ToDecisions(out),
         );
-        Self::convert(&mut scratch, out);
-        self.scratch = scratch;
     }
 
     /// Run passes without new packets until every packet has its decision (at most
     /// [`Engine::pass_bound`] passes). Call at the end of a trace or when the input is idle.
     pub fn flush(&mut self, now_ns: u64, out: &mut Vec<Decision>) {
-        let mut scratch = core::mem::take(&mut self.scratch);
-        self.engine.flush(now_ns, &mut scratch);
-        Self::convert(&mut scratch, out);
-        self.scratch = scratch;
-    }
-
-    fn convert(d: &mut Vec<Departure<PacketMeta, FlowletOut>>, out: &mut Vec<Decision>) {
-        out.extend(d.drain(..).map(|d| {
-            let (action, event) = match d.fate {
-                Fate::Exit(o) => (Action::Forward(o.output), o.event),
-                Fate::Drop(r) => (Action::Drop(r), FlowletEvent::default()),
-            };
-            Decision {
-                token: d.meta.token,
-                action,
-                event,
-                passes: d.passes,
-            }
-        }));
+        self.engine.flush(now_ns, &mut ToDecisions(out));
     }
 
     /// Packets in flight (their buffers must be kept until their decision comes).
@@ -405,20 +401,23 @@ impl<K: FlowKey + Default> FlowletLb<K> {
 
     /// Override the load the [`Policy::LeastLoaded`] choice sees for `output` (e.g. from queue depths).
     pub fn set_load(&mut self, output: u16, load: u64) {
-        if let Some(l) = self.engine.nf_mut().load.get_mut(output as usize) {
-            *l = load;
+        if let Some(o) = self.engine.nf_mut().per_output.get_mut(output as usize) {
+            o[0] = load;
         }
     }
 
     /// Per-outcome counters.
     pub fn counters(&self) -> FlowletCounters {
         let s = self.engine.stats();
+        let nf = self.engine.nf();
         FlowletCounters {
+            packets_per_output: nf.per_output.iter().map(|o| o[1]).collect(),
+            bytes_per_output: nf.per_output.iter().map(|o| o[2]).collect(),
             drops_pass_limit: s.drops_pass_limit,
             drops_late: s.drops_late,
             drops_overflow: s.drops_overflow,
             drops_ordering_full: s.drops_ordering_full,
-            ..self.engine.nf().counters.clone()
+            ..nf.counters.clone()
         }
     }
 

@@ -80,7 +80,7 @@ pub mod table;
 pub mod workload;
 
 pub use config::{Config, ConfigError, Expiry, ExpiryFrom, Mode};
-pub use engine::{Departure, Engine, EngineConfig, Fate, Schedule};
+pub use engine::{Departure, Departures, Engine, EngineConfig, Fate, Schedule};
 pub use flowlet::{
     Action, Decision, FlowletConfig, FlowletConfigError, FlowletCounters, FlowletEvent, FlowletFn,
     FlowletLb, FlowletOut, FlowletState, PacketIn, PacketMeta, Policy,
