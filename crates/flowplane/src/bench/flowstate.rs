@@ -214,8 +214,18 @@ impl HashFlowlet {
 
 // ---- throughput ----------------------------------------------------------------------------------
 
+/// On-CPU time of the calling thread in ns (from the scheduler; excludes time spent descheduled,
+/// which on this shared machine is most of the run-to-run noise). 0 if unavailable.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 struct Timed {
     secs: f64,
+    cpu_secs: f64,
     packets: u64,
     inserts: u64,
     batch_ns: Vec<u32>,
@@ -249,6 +259,7 @@ fn run_ours(tr: &[PacketIn], slots: usize, cells: usize) -> Result<Timed> {
     let mut batch_ns = Vec::with_capacity(tr.len() / BATCH + 1);
     let (mut checksum, mut drops) = (0u64, 0u64);
     let mut now = 0;
+    let c0 = thread_cpu_ns();
     let t0 = Instant::now();
     for chunk in tr.chunks(BATCH) {
         let b0 = Instant::now();
@@ -262,8 +273,10 @@ fn run_ours(tr: &[PacketIn], slots: usize, cells: usize) -> Result<Timed> {
     lb.flush(now, &mut out);
     let (c, d) = sum_out(&mut out);
     let secs = t0.elapsed().as_secs_f64();
+    let cpu_secs = (thread_cpu_ns() - c0) as f64 / 1e9;
     Ok(Timed {
         secs,
+        cpu_secs,
         packets: tr.len() as u64,
         inserts: lb.table_stats().inserts,
         batch_ns,
@@ -277,6 +290,7 @@ fn run_peer(tr: &[PacketIn]) -> Timed {
     let mut out = Vec::with_capacity(8192);
     let mut batch_ns = Vec::with_capacity(tr.len() / BATCH + 1);
     let mut checksum = 0u64;
+    let c0 = thread_cpu_ns();
     let t0 = Instant::now();
     for chunk in tr.chunks(BATCH) {
         let b0 = Instant::now();
@@ -286,6 +300,7 @@ fn run_peer(tr: &[PacketIn]) -> Timed {
     }
     Timed {
         secs: t0.elapsed().as_secs_f64(),
+        cpu_secs: (thread_cpu_ns() - c0) as f64 / 1e9,
         packets: tr.len() as u64,
         inserts: h.inserts,
         batch_ns,
@@ -340,7 +355,7 @@ where
 
 fn throughput(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Result<()> {
     let n = if a.common.quick { 1_000_000 } else { 4_000_000 };
-    let reps = if a.common.quick { 1 } else { 3 };
+    let reps = if a.common.quick { 1 } else { 5 };
     for (w, name) in workloads() {
         let tr = trace(w, 100.0, n, a.common.seed);
         // Best of `reps` (the machine is shared; the best run is the least disturbed one).
@@ -394,6 +409,16 @@ fn throughput(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Result<
                 ))
                 .peer("hashbrown", p.secs * 1e9 / p.packets as f64),
             )?;
+            if o.cpu_secs > 0.0 && p.cpu_secs > 0.0 {
+                rep.add(
+                    params(Record::lower(
+                        "cpu_ns_per_packet",
+                        o.cpu_secs * 1e9 / o.packets as f64,
+                        "ns",
+                    ))
+                    .peer("hashbrown", p.cpu_secs * 1e9 / p.packets as f64),
+                )?;
+            }
             let (p999, pmax) = (
                 percentile(&mut o.batch_ns, 0.999),
                 percentile(&mut o.batch_ns, 1.0),
@@ -506,16 +531,29 @@ fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Resul
             let n = (pps * dur_ns as f64 / 1e9) as usize;
             let tr = trace(w, g, n, a.common.seed);
             let (_, slots, cells) = SIZINGS[1];
-            let mut lb: FlowletLb = FlowletLb::new(flowlet_cfg(slots, cells))?;
-            let (ins, drops, secs) = paced(&tr, |now, b, out| {
-                lb.process(now, b, out);
-                lb.table_stats().inserts
-            });
-            let mut h = HashFlowlet::new(4);
-            let (pins, pdrops, psecs) = paced(&tr, |now, b, out| {
-                h.process(now, b, out);
-                h.inserts
-            });
+            // Best of `reps` replays (fewest ring drops): a descheduling of a few ms on this shared
+            // machine overflows any receive ring.
+            let reps = if a.common.quick { 1 } else { 3 };
+            let (mut ins, mut drops, mut secs) = (0, u64::MAX, 1.0);
+            let (mut pins, mut pdrops, mut psecs) = (0, u64::MAX, 1.0);
+            for _ in 0..reps {
+                let mut lb: FlowletLb = FlowletLb::new(flowlet_cfg(slots, cells))?;
+                let r = paced(&tr, |now, b, out| {
+                    lb.process(now, b, out);
+                    lb.table_stats().inserts
+                });
+                if r.1 < drops {
+                    (ins, drops, secs) = r;
+                }
+                let mut h = HashFlowlet::new(4);
+                let r = paced(&tr, |now, b, out| {
+                    h.process(now, b, out);
+                    h.inserts
+                });
+                if r.1 < pdrops {
+                    (pins, pdrops, psecs) = r;
+                }
+            }
             let v = ins as f64 / secs / 1e6;
             let pv = pins as f64 / psecs / 1e6;
             rep.add(
