@@ -64,6 +64,11 @@ use fp_cuckoo::{CompactMap, InsertError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Seed tweaks that keep the cluster's tables' hashes independent of each other.
+const HOME_SEED: u64 = 0x4A5B_0E00_0000_0001;
+const FIB_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+const GPT_SEED: u64 = 0x6E75_5E75_0000_0002;
+
 /// How the FIB is spread over the nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -252,11 +257,17 @@ pub fn build<P: ExternalPort>(
         Mode::Duplicate => capacity,
         _ => ((capacity as f64 / n as f64) * cfg.fib_slack).ceil() as usize + 64,
     };
+    // Every table gets its own seed: a FIB whose bucket hash equals the hash that chose its keys
+    // (hash partitioning sends node 0 the keys whose hash is small) would fill a fraction of its
+    // buckets and overflow.
+    let home_seed = cfg.seed ^ HOME_SEED;
     let mut fibs = Vec::with_capacity(n);
     let mut readers = Vec::with_capacity(n);
     for i in 0..n {
         let c = fp_cuckoo::Config::with_capacity(per_node)
-            .seed(cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .seed(fp_hash::splitmix64(
+                cfg.seed ^ (i as u64 + 1).wrapping_mul(FIB_SEED),
+            ))
             .pages(cfg.pages);
         let (w, r) = CompactMap::new(&c)?;
         fibs.push(w);
@@ -265,7 +276,7 @@ pub fn build<P: ExternalPort>(
     let mut control = Controller {
         mode: cfg.mode,
         nodes: cfg.nodes,
-        hash_seed: cfg.seed,
+        hash_seed: home_seed,
         entries: HashMap::with_capacity(entries.len()),
         fibs,
         gpt: None,
@@ -297,7 +308,7 @@ pub fn build<P: ExternalPort>(
                 }
             }
             Mode::HashPartition => {
-                let h = hash_home(cfg.seed, k, cfg.nodes);
+                let h = hash_home(home_seed, k, cfg.nodes);
                 control.fibs[h as usize]
                     .insert(k, ((o as u16) << 8) | p)
                     .map_err(|e| Error::Fib { node: h, error: e })?;
@@ -311,7 +322,7 @@ pub fn build<P: ExternalPort>(
         drop(sorted);
         let mut sc = fp_setsep::Config::new(cfg.owner_bits())
             .setting(cfg.gpt_setting.0, cfg.gpt_setting.1)
-            .seed(cfg.seed)
+            .seed(cfg.seed ^ GPT_SEED)
             .threads(cfg.build_threads)
             .capacity(capacity);
         sc.pages = cfg.pages;
@@ -341,7 +352,7 @@ pub fn build<P: ExternalPort>(
                 Tables {
                     fib,
                     gpt,
-                    hash_seed: cfg.seed,
+                    hash_seed: home_seed,
                 },
                 link,
                 port,

@@ -299,3 +299,27 @@ fn updates_while_traffic_flows() {
     assert!(seen.iter().all(|&s| s), "frames lost");
     assert!(after_update > 0);
 }
+
+/// Every table of the cluster hashes with its own seed: a hash-partitioned FIB filled to its sized
+/// capacity builds (with the home hash equal to the FIB hash, node 0's keys all fell into the first
+/// quarter of its buckets and the build failed).
+#[test]
+fn hash_partitioned_fibs_fill_to_capacity() {
+    for nodes in [2u8, 4] {
+        let es = entries(9, 100_000, nodes);
+        let cfg = ClusterConfig::new(nodes, Mode::HashPartition, PORTS, 100_000);
+        let ports: Vec<GenPort> = (0..nodes)
+            .map(|_| {
+                GenPort::new(
+                    Frames::to_keys(&[], 64, [2, 0, 0, 0, 0, 0]),
+                    0,
+                    Arc::new(AtomicU64::new(0)),
+                    Sink::new(4, false),
+                )
+            })
+            .collect();
+        let (c, _) = build(&cfg, &es, ports).unwrap();
+        let total: usize = (0..nodes as usize).map(|i| c.memory(i).fib_entries).sum();
+        assert_eq!(total, 100_000);
+    }
+}

@@ -37,27 +37,28 @@ fn main() {
         st.tries as f64 / (st.groups as f64 * v as f64)
     );
     println!("{}", table.stats());
-    let probe: Vec<u64> = (0..4_000_000u64)
+    let probe: Vec<u64> = (0..2_000_000u64)
         .map(|i| keys[(fp_hash::splitmix64(i ^ 99) % n as u64) as usize])
         .collect();
     for batch in [1usize, 4, 8, 16, 32] {
         let mut out = vec![0u16; batch];
+        let mut best = 0f64;
         let mut sum = 0u64;
-        let t = Instant::now();
-        if batch == 1 {
-            for &k in &probe {
-                sum += table.get(k) as u64;
+        // Best of 5: the machine is shared.
+        for _ in 0..5 {
+            let t = Instant::now();
+            if batch == 1 {
+                for &k in &probe {
+                    sum += table.get(k) as u64;
+                }
+            } else {
+                for c in probe.chunks_exact(batch) {
+                    table.get_batch(c, &mut out);
+                    sum += out[0] as u64;
+                }
             }
-        } else {
-            for c in probe.chunks_exact(batch) {
-                table.get_batch(c, &mut out);
-                sum += out[0] as u64;
-            }
+            best = best.max(probe.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
         }
-        let dt = t.elapsed().as_secs_f64();
-        println!(
-            "batch {batch:>2}: {:.1} Mops (chk {sum})",
-            probe.len() as f64 / dt / 1e6
-        );
+        println!("batch {batch:>2}: {best:.1} Mops (chk {sum})");
     }
 }

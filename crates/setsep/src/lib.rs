@@ -224,23 +224,28 @@ pub fn build(cfg: &Config, keys: &[u64], values: &[u16]) -> Result<(SetSep, Solv
     let capacity = cfg.capacity.unwrap_or(0).max(keys.len());
     let geo = geometry::Geometry::new(cfg, capacity)?;
     let built = build::build_blocks(&geo, keys, values, cfg.threads, cfg.pages, false)?;
-    let fb_cfg = fallback_config(built.fallback.len() * 5 / 4 + 64, cfg.seed);
-    let (mut fb, reader) = fp_cuckoo::GeneralMap::<u64, u16>::new(&fb_cfg)?;
-    for &(k, v) in &built.fallback {
-        match fb.get(k) {
-            Some(old) if old != v => return Err(Error::ConflictingValues { key: k }),
-            Some(_) => {}
-            None => {
-                fb.insert(k, v).map_err(|_| Error::FallbackFull {
-                    capacity: fb_cfg.capacity,
-                })?;
+    let fallback = if built.fallback.is_empty() {
+        None
+    } else {
+        let fb_cfg = fallback_config(built.fallback.len() * 5 / 4 + 64, cfg.seed);
+        let (mut fb, reader) = fp_cuckoo::GeneralMap::<u64, u16>::new(&fb_cfg)?;
+        for &(k, v) in &built.fallback {
+            match fb.get(k) {
+                Some(old) if old != v => return Err(Error::ConflictingValues { key: k }),
+                Some(_) => {}
+                None => {
+                    fb.insert(k, v).map_err(|_| Error::FallbackFull {
+                        capacity: fb_cfg.capacity,
+                    })?;
+                }
             }
         }
-    }
+        Some(reader)
+    };
     Ok((
         SetSep {
             shared: sync::Arc::new(built.shared),
-            fallback: reader,
+            fallback,
         },
         built.stats,
     ))

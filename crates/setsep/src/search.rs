@@ -13,7 +13,7 @@
 //! multiply, one variable shift and three logic operations; no early exit per key (a branch per key
 //! mispredicts about as often as it saves work).
 //!
-//! The instruction-set choice is made once at run time (`arch.rs`): AVX-512 (16 lanes), else AVX2
+//! The instruction-set choice is made at run time (`arch.rs`): AVX-512 (16 lanes), else AVX2
 //! (8 lanes, `vpmulld` + `vpsllvd`), else the portable code (8 lanes, whatever SSE2 gives).
 
 use crate::geometry::{IDX_MUL, MAX_GROUP};
@@ -81,6 +81,15 @@ pub(crate) fn search_lanes<const L: usize>(p: &Probe<'_>, ly: u32, end: u32) -> 
         };
     }
     None
+}
+
+/// The array for index `i`: a 1 at the position of every key whose bit is 1.
+pub(crate) fn ones_mask(p: &Probe<'_>, i: u32, ly: u32) -> u32 {
+    let mut o = 0u32;
+    for j in 0..p.a.len() {
+        o |= (1u32 << crate::geometry::position(p.a[j], p.b[j], i, ly)) & p.m[j];
+    }
+    o
 }
 
 /// The search with the portable code (also the oracle of the property tests).

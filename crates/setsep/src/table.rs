@@ -21,7 +21,7 @@
 //! being moved out of the fallback is never reported absent. `tests/loom_update.rs` model-checks a
 //! reader against a concurrent update.
 
-use crate::geometry::{Geometry, KeyHash};
+use crate::geometry::{Geometry, KeyHash, Spec};
 use crate::sync::{self, fence, Arc, AtomicU32, AtomicUsize, Ordering, Words};
 use fp_cuckoo::{GeneralMap, PageKind};
 use std::fmt;
@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub words: Words,
     pub versions: Box<[AtomicU32]>,
     pub vmask: usize,
+    /// Which specialised lookup copy to use.
+    pub spec: Spec,
     /// Keys in the set (maintained by the updater).
     pub len: AtomicUsize,
 }
@@ -48,6 +50,7 @@ impl Shared {
         Ok(Shared {
             versions: (0..stripes).map(|_| AtomicU32::new(0)).collect(),
             vmask: stripes - 1,
+            spec: geo.spec(),
             words,
             geo,
             len: AtomicUsize::new(0),
@@ -90,35 +93,95 @@ impl Shared {
 
     /// Evaluate one key, consistent against a concurrent writer.
     #[inline(always)]
-    fn resolve(&self, kh: &KeyHash, key: u64, fallback: &FallbackReader) -> u16 {
+    fn resolve<const V: u32, const X: u32, const LY: u32>(
+        &self,
+        kh: &KeyHash,
+        key: u64,
+        fallback: Option<&FallbackReader>,
+    ) -> u16 {
         let ver = self.version(kh.blk);
-        let base = kh.blk * self.geo.wpb;
+        let wpb = self.geo.wpb;
+        let block = &self.words[kh.blk * wpb..(kh.blk + 1) * wpb];
         loop {
             let v1 = ver.load(Ordering::Acquire);
-            if v1 & 1 != 0 {
-                sync::spin();
-                continue;
-            }
+            // Words read while the version is odd may be half-written; the result is then
+            // discarded by the check below (they are atomics: no undefined behaviour).
             let r = self
                 .geo
-                .eval(kh, |i| self.words[base + i].load(Ordering::Relaxed));
+                .eval_spec::<V, X, LY>(kh, |i| block[i].load(Ordering::Relaxed));
             fence(Ordering::Acquire);
-            if ver.load(Ordering::Relaxed) != v1 {
-                continue;
-            }
-            match r {
-                Some(v) => return v,
-                None => {
-                    if let Some(v) = fallback.get(key) {
-                        return v;
-                    }
-                    // A miss is final only if the block did not change meanwhile.
-                    if ver.load(Ordering::Acquire) == v1 {
-                        return 0;
+            let v2 = ver.load(Ordering::Relaxed);
+            if v1 == v2 && v1 & 1 == 0 {
+                match r {
+                    Some(v) => return v,
+                    None => {
+                        if let Some(v) = Self::from_fallback(ver, v1, key, fallback) {
+                            return v;
+                        }
                     }
                 }
+            } else {
+                sync::spin();
             }
         }
+    }
+
+    /// Look up a chunk of at most [`CHUNK`] keys: hash all and prefetch their blocks, then evaluate.
+    #[inline(always)]
+    fn chunk<const V: u32, const X: u32, const LY: u32>(
+        &self,
+        keys: &[u64],
+        out: &mut [u16],
+        fallback: Option<&FallbackReader>,
+    ) {
+        // Only the first-stage hash is kept between the passes (8 bytes a key: clearing a larger
+        // array per call cost more than re-deriving the rest).
+        let mut hs = [0u64; CHUNK];
+        for (h, &k) in hs.iter_mut().zip(keys) {
+            *h = self.geo.h(k);
+            self.prefetch(self.geo.block_of_h(*h));
+        }
+        for ((&h, &k), o) in hs.iter().zip(keys).zip(out.iter_mut()) {
+            let kh = self.geo.place_h(h);
+            *o = self.resolve::<V, X, LY>(&kh, k, fallback);
+        }
+    }
+
+    fn batch<const V: u32, const X: u32, const LY: u32>(
+        &self,
+        keys: &[u64],
+        out: &mut [u16],
+        fallback: Option<&FallbackReader>,
+    ) {
+        for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            self.chunk::<V, X, LY>(k, o, fallback);
+        }
+    }
+
+    fn one<const V: u32, const X: u32, const LY: u32>(
+        &self,
+        key: u64,
+        fallback: Option<&FallbackReader>,
+    ) -> u16 {
+        let kh = self.geo.hash(key);
+        self.resolve::<V, X, LY>(&kh, key, fallback)
+    }
+
+    /// A key of a group in the fallback table. `None`: the block changed meanwhile, retry.
+    #[cold]
+    #[inline(never)]
+    fn from_fallback(
+        ver: &AtomicU32,
+        v1: u32,
+        key: u64,
+        fallback: Option<&FallbackReader>,
+    ) -> Option<u16> {
+        if let Some(v) = fallback.and_then(|f| f.get(key)) {
+            return Some(v);
+        }
+        // A miss is final only if the block did not change meanwhile (the writer empties the
+        // fallback only after publishing the group's new records).
+        (ver.load(Ordering::Acquire) == v1).then_some(0)
     }
 }
 
@@ -130,41 +193,39 @@ impl Shared {
 #[derive(Clone)]
 pub struct SetSep {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) fallback: FallbackReader,
+    /// The fallback table; `None` for a static table whose groups all have a solution.
+    pub(crate) fallback: Option<FallbackReader>,
 }
 
 impl SetSep {
     /// The value of `key` (arbitrary for keys outside the set).
     #[inline]
     pub fn get(&self, key: u64) -> u16 {
-        let kh = self.shared.geo.hash(key);
-        self.shared.resolve(&kh, key, &self.fallback)
+        let (s, f) = (&*self.shared, self.fallback.as_ref());
+        match s.spec {
+            Spec::V1x16y8 => s.one::<1, 16, 3>(key, f),
+            Spec::V2x16y8 => s.one::<2, 16, 3>(key, f),
+            Spec::V3x16y8 => s.one::<3, 16, 3>(key, f),
+            Spec::V4x16y8 => s.one::<4, 16, 3>(key, f),
+            Spec::V1x8y16 => s.one::<1, 8, 4>(key, f),
+            Spec::V1x16y16 => s.one::<1, 16, 4>(key, f),
+            Spec::Generic => s.one::<0, 0, 0>(key, f),
+        }
     }
 
     /// Look up `keys` (any number): hash the whole batch and prefetch every block, then evaluate.
     /// `out[i]` gets the value of `keys[i]`. Panics if the slices differ in length.
     pub fn get_batch(&self, keys: &[u64], out: &mut [u16]) {
         assert_eq!(keys.len(), out.len(), "get_batch: keys and out differ");
-        for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            self.get_chunk(k, o);
-        }
-    }
-
-    #[inline]
-    fn get_chunk(&self, keys: &[u64], out: &mut [u16]) {
-        let s = &*self.shared;
-        let mut kh = [KeyHash {
-            blk: 0,
-            bin: 0,
-            a: 0,
-            b: 0,
-        }; CHUNK];
-        for (h, &k) in kh.iter_mut().zip(keys) {
-            *h = s.geo.hash(k);
-            s.prefetch(h.blk);
-        }
-        for i in 0..keys.len() {
-            out[i] = s.resolve(&kh[i], keys[i], &self.fallback);
+        let (s, f) = (&*self.shared, self.fallback.as_ref());
+        match s.spec {
+            Spec::V1x16y8 => s.batch::<1, 16, 3>(keys, out, f),
+            Spec::V2x16y8 => s.batch::<2, 16, 3>(keys, out, f),
+            Spec::V3x16y8 => s.batch::<3, 16, 3>(keys, out, f),
+            Spec::V4x16y8 => s.batch::<4, 16, 3>(keys, out, f),
+            Spec::V1x8y16 => s.batch::<1, 8, 4>(keys, out, f),
+            Spec::V1x16y16 => s.batch::<1, 16, 4>(keys, out, f),
+            Spec::Generic => s.batch::<0, 0, 0>(keys, out, f),
         }
     }
 
@@ -186,7 +247,7 @@ impl SetSep {
     /// Sizes and shape.
     pub fn stats(&self) -> Stats {
         let g = &self.shared.geo;
-        let fb = self.fallback.stats();
+        let fb = self.fallback.as_ref().map(|f| f.stats());
         Stats {
             keys: self.len(),
             value_bits: g.vbits,
@@ -198,8 +259,8 @@ impl SetSep {
             bins_per_block: g.bins,
             table_bytes: g.blocks * g.wpb * 8,
             reserved_bytes: sync::reserved_bytes(&self.shared.words),
-            fallback_keys: fb.len,
-            fallback_bytes: fb.bytes(),
+            fallback_keys: fb.map_or(0, |f| f.len),
+            fallback_bytes: fb.map_or(0, |f| f.bytes()),
             version_bytes: self.shared.versions.len() * 4,
             pages: sync::page_kind(&self.shared.words),
         }
@@ -231,7 +292,8 @@ pub struct Stats {
     pub reserved_bytes: usize,
     /// Keys in the fallback table.
     pub fallback_keys: usize,
-    /// Bytes of the fallback table (allocated even when empty; it is probed only for flagged groups).
+    /// Bytes of the fallback table (a static table without fallback keys has none; an updatable
+    /// one always has one, sized for growth).
     pub fallback_bytes: usize,
     /// Bytes of version counters.
     pub version_bytes: usize,

@@ -168,7 +168,7 @@ impl Updater {
         });
         Ok(SetSep {
             shared,
-            fallback: reader,
+            fallback: Some(reader),
         })
     }
 
