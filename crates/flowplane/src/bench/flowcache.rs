@@ -1,27 +1,38 @@
 //! `flowplane bench flowcache`: the flow-cache microbenchmarks of Zhou et al., ATC 2020 (§7.3), and
 //! the hit-rate simulation against the paper's analysis (§4, appendices A and B).
 //!
-//! For each cache size (default 4 MiB, which the paper's L3 holds, and 64 MiB, which it does not),
-//! key popularity (uniform, Zipf θ = 0.99) and oversubscription factor α (working set / entries),
-//! every variant is built empty, warmed until its hit rate stops increasing (doubling windows from
-//! one working set, stop when a window gains < 0.1 percentage point, at most 64 working sets; the
-//! number used is reported), and then measured on one pre-generated trace of lookups (4 M keys,
-//! identical for every variant):
+//! **α sweeps.** For each cache size (default 4 MiB, which the paper's L3 holds, and 64 MiB, which
+//! it does not), key popularity (uniform, Zipf θ = 0.99) and oversubscription factor α (working set
+//! / entries), every variant is built empty and warmed until its hit rate stops increasing (windows
+//! of one working set; stop when the last window beats the one four windows earlier by less than
+//! 0.05 percentage point or twice the sampling noise; at most 64 working sets at 4 MiB, 32 above;
+//! the number used is reported). Warm-ups run on `--warm-threads` threads; measurements run one at a
+//! time on one thread, on pre-generated segments of lookups identical for every variant:
 //!
 //! * `lookup`: cost per lookup of batched lookups (32 per batch, buckets prefetched) on the warm
-//!   cache, no inserts, in cycles of the nominal clock (and ns);
-//! * `throughput`: the same trace with an emulated miss penalty (default 1000 cycles, a busy wait)
-//!   and an insert after every miss, in million lookups per second;
-//! * `hit_rate`: the hit rate of the throughput pass, next to the analytical expectation for uniform
-//!   popularity (appendix A for set-associative, appendix B for BLP, a lower bound for cuckoo-lite),
-//!   which is a lower bound for Zipf (appendix C).
+//!   cache, no inserts, in cycles of the nominal clock (and ns): the lowest of the segments;
+//! * `throughput`: the segments again with an emulated miss penalty (default 1000 cycles, a busy
+//!   wait on the clock) and an insert after every miss, million lookups per second: the highest of
+//!   the segments (other jobs on a shared machine only ever add time);
+//! * `hit_rate`: the hit rate of the throughput passes over all segments, next to the analytical
+//!   expectation for uniform popularity (appendix A for set-associative, appendix B for BLP, a
+//!   lower bound for cuckoo-lite), which is a lower bound for Zipf (appendix C).
 //!
 //! Variants, in the paper's terms: "4-way" (scalar: stock OvS SMC), "4-way w/ SIMD", "8-way w/
 //! SIMD", "2-4 cuckoo-lite", "2-4 BLP", "w/ PBLRU" (BLP + PBLRU) and DC-Bubble (BLP + DC-Bubble),
-//! plus BLP's scalar path. At sizes up to 4 MiB (or with `--all-policies`) every design is also run
-//! with every policy. The peer of every record is the 4-way SIMD cache with random eviction measured
-//! at the same point (the paper's baseline, "we implemented this optimization and use it as the
-//! baseline for comparison", §6); the 4-way SIMD record's own peer is the scalar 4-way.
+//! plus BLP's scalar path (measured on a copy of the same warm cache). At sizes up to 4 MiB (or with
+//! `--all-policies`) every design is also run with every policy. The peer of every record is the
+//! 4-way SIMD cache with random eviction at the same point (the paper's baseline: "we implemented
+//! this optimization and use it as the baseline for comparison", §6); the 4-way SIMD record's own
+//! peer is the scalar 4-way.
+//!
+//! Tables use huge pages when available (flowplane's default); `--normal-pages-mib` repeats the
+//! uniform measurement on 4 KiB pages (default: 64 MiB at α = 1), the regime of a malloc'd cache.
+//!
+//! **Lookup cost against size** (`lookup_vs_size`): α = 1, uniform, each design with random
+//! eviction filled with two working sets of lookups, then batched lookups and *dependent* lookups
+//! (one at a time, each hash depending on the previous result, so no two overlap) at 1 to 256 MiB on
+//! huge and on 4 KiB pages.
 
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
@@ -29,8 +40,8 @@ use anyhow::{bail, Context, Result};
 use fp_flowcache::analysis::{self, Analysis, Estimate};
 use fp_flowcache::sim::{self, Popularity, WarmUp, Workload, BATCH};
 use fp_flowcache::{
-    Blp, Config, CuckooLite, DcBubble, Design, FlowCache, Isa, Pblru, Policy, Random, SetAssoc4,
-    SetAssoc8,
+    Blp, Config, CuckooLite, DcBubble, Design, FlowCache, Isa, PagePolicy, Pblru, Policy, Random,
+    SetAssoc4, SetAssoc8,
 };
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
@@ -46,7 +57,7 @@ pub struct FlowcacheArgs {
     #[arg(long = "sizes-mib", value_delimiter = ',')]
     pub sizes_mib: Vec<u64>,
     /// Oversubscription factors (working set / cache entries). Default
-    /// 0.5,0.75,0.95,1,1.25,1.5,1.75,2 (quick: 0.5,0.95,1.5).
+    /// 0.5,0.75,0.95,1,1.25,1.5,2 (quick: 0.5,0.95,1.5).
     #[arg(long, value_delimiter = ',')]
     pub alphas: Vec<f64>,
     /// Key popularity: uniform, zipf (θ = 0.99). Default both.
@@ -58,8 +69,8 @@ pub struct FlowcacheArgs {
     /// PBLRU promotes one hit in N on average.
     #[arg(long, default_value_t = Pblru::DEFAULT_ONE_IN)]
     pub pblru_one_in: u32,
-    /// Warm-up cap in working sets. Default 64 at 4 MiB and below, 24 above (the paper's "about 20x"),
-    /// 16 with --quick.
+    /// Warm-up cap in working sets. Default 64 at 4 MiB and below, 32 above (the paper warms "about
+    /// 20x"), 16 with --quick.
     #[arg(long)]
     pub max_warmup: Option<u32>,
     /// Lookups per measurement segment. Default 262144 (quick: 131072).
@@ -76,6 +87,22 @@ pub struct FlowcacheArgs {
     /// Nominal clock in GHz used to express times in cycles (default: "cpu MHz" of /proc/cpuinfo).
     #[arg(long)]
     pub ghz: Option<f64>,
+    /// Table sizes in MiB for the lookup-cost-vs-size case (α = 1, uniform, every design with
+    /// random eviction; batched and dependent lookups; huge and 4 KiB pages). Default 1,4,16,64,256
+    /// (quick: 1,16); 0 skips the case.
+    #[arg(long = "latency-sizes-mib", value_delimiter = ',')]
+    pub latency_sizes_mib: Vec<u64>,
+    /// Pages for the cache tables of the α sweeps: auto (huge pages when available, flowplane's
+    /// default) or 4k (normal pages, as a malloc'd cache such as OvS's would get).
+    #[arg(long, default_value = "auto")]
+    pub pages: String,
+    /// Sizes (MiB) at which to repeat the uniform measurement on 4 KiB pages (a table that does not
+    /// fit in the TLB either, as a malloc'd cache would be). Default 64 (quick: none); 0 skips.
+    #[arg(long = "normal-pages-mib", value_delimiter = ',')]
+    pub normal_pages_mib: Vec<u64>,
+    /// Oversubscription factors for the 4 KiB-page runs. Default 1.
+    #[arg(long = "normal-pages-alphas", value_delimiter = ',')]
+    pub normal_pages_alphas: Vec<f64>,
     /// Threads that warm caches up in parallel (untimed); measurements always run on one thread.
     #[arg(long, default_value_t = 2)]
     pub warm_threads: usize,
@@ -139,6 +166,7 @@ struct Point<'a> {
     warm_cap: u32,
     penalty: Duration,
     pblru_one_in: u32,
+    pages: PagePolicy,
 }
 
 /// One variant measured at one point.
@@ -224,6 +252,144 @@ fn throughput_pass<D: Design, P: Policy>(
     )
 }
 
+/// One lookup at a time, each hash depending on the previous result (through a mask that is zero at
+/// run time but opaque to the compiler and the CPU): the latency of a lookup, with no overlap between
+/// lookups. ns per lookup.
+fn dependent_pass<D: Design, P: Policy>(cache: &mut FlowCache<D, P>, trace: &[u64]) -> f64 {
+    let zero = black_box(0u64);
+    let mut prev = 0u64;
+    let t = Instant::now();
+    for &h in trace {
+        let h = h ^ (prev & zero);
+        prev = cache
+            .lookup(h, |v| v == Workload::tag(h))
+            .map_or(1, |v| v as u64);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    black_box(prev);
+    secs * 1e9 / trace.len() as f64
+}
+
+/// Lookup cost of one design at one table size: (label, batched ns, dependent ns, hit rate).
+fn size_point<D: Design>(
+    entries: usize,
+    pages: PagePolicy,
+    seed: u64,
+    segments: &[Vec<u64>],
+    wl: &Workload,
+) -> Result<(String, f64, f64, f64, String)> {
+    let mut cache =
+        FlowCache::<D, Random>::new(&Config::with_entries(entries).seed(seed).pages(pages))
+            .with_context(|| format!("building {} of {entries} entries", D::NAME))?;
+    // Fill: two working sets of lookups and inserts (the table is mostly full; not converged).
+    let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x5123);
+    let filled = sim::run(&mut cache, wl, &mut rng, 2 * wl.keys());
+    let batched = min(segments.iter().map(|s| lookup_pass(&mut cache, s)));
+    let dep_len = segments[0].len().min(1 << 16);
+    let dependent = min(segments
+        .iter()
+        .take(3)
+        .map(|s| dependent_pass(&mut cache, &s[..dep_len])));
+    Ok((
+        short_name::<D>().to_string(),
+        batched,
+        dependent,
+        filled.hit_rate(),
+        cache.pages().to_string(),
+    ))
+}
+
+/// Batched and dependent lookup cost against table size (α = 1, uniform): where each design falls
+/// out of the CPU caches.
+fn size_case(
+    rep: &mut Report,
+    sizes: &[u64],
+    seed: u64,
+    ghz: f64,
+    seg_len: usize,
+    plots_dir: Option<&Path>,
+) -> Result<()> {
+    let mut curves: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for &mib in sizes {
+        let entries = (mib as usize) << 18;
+        let wl = Workload::new(entries as u64, Popularity::Uniform, seed ^ 0x51e);
+        let mut trng = Pcg64Mcg::seed_from_u64(seed ^ 0x7ace51);
+        let segments: Vec<Vec<u64>> = (0..4)
+            .map(|_| (0..seg_len).map(|_| wl.next_hash(&mut trng)).collect())
+            .collect();
+        for pages in [PagePolicy::Auto, PagePolicy::Normal] {
+            let t = Instant::now();
+            let res = vec![
+                size_point::<SetAssoc4>(entries, pages, seed, &segments, &wl)?,
+                size_point::<SetAssoc8>(entries, pages, seed, &segments, &wl)?,
+                size_point::<CuckooLite>(entries, pages, seed, &segments, &wl)?,
+                size_point::<Blp>(entries, pages, seed, &segments, &wl)?,
+            ];
+            let (base_b, base_d) = (res[0].1, res[0].2);
+            for (label, batched, dependent, hit, got) in &res {
+                for (mode, ns, base) in [
+                    ("batched", *batched, base_b),
+                    ("dependent", *dependent, base_d),
+                ] {
+                    rep.add(
+                        Record::lower("lookup_vs_size", ns * ghz, "cycles")
+                            .param("size_mib", mib)
+                            .param("entries", entries)
+                            .param("alpha", 1.0)
+                            .param("dist", "uniform")
+                            .param("design", label.clone())
+                            .param("mode", mode)
+                            .param("ns", (ns * 100.0).round() / 100.0)
+                            .param("fill_hit_rate_pct", (hit * 1e4).round() / 100.0)
+                            .param("pages", got.clone())
+                            .peer(BASELINE, base * ghz),
+                    )?;
+                    let name = format!("{label} {mode} {}", page_name(pages));
+                    let pt = (mib as f64, ns * ghz);
+                    match curves.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, v)) => v.push(pt),
+                        None => curves.push((name, vec![pt])),
+                    }
+                }
+            }
+            rep.note(&format!(
+                "lookup cost at {mib} MiB on {} pages measured in {:.1} s",
+                res[0].4,
+                t.elapsed().as_secs_f64()
+            ));
+        }
+    }
+    if let Some(dir) = plots_dir {
+        if sizes.len() > 1 {
+            for mode in ["batched", "dependent"] {
+                let series: Vec<Series> = curves
+                    .iter()
+                    .filter(|(n, _)| n.contains(mode))
+                    .map(|(n, p)| Series::new(n.replace(&format!(" {mode}"), ""), p.clone()))
+                    .collect();
+                let how = if mode == "batched" {
+                    "batches of 32, prefetched"
+                } else {
+                    "one at a time, each depending on the last"
+                };
+                plot::lines(
+                    &dir.join(format!("flowcache-{mode}-vs-size.png")),
+                    &format!("Lookup cost against table size, α = 1 ({how})"),
+                    "table size (MiB)",
+                    "cycles per lookup",
+                    &series,
+                    Axes {
+                        log_x: true,
+                        log_y: true,
+                        ..Default::default()
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A warmed cache of any design and policy, waiting to be measured.
 trait Warm: Send {
     fn measure(&mut self, pt: &Point) -> Result<Vec<Outcome>>;
@@ -297,7 +463,9 @@ fn warm_variant<D: Design, P: Policy>(
     policy: P,
     scalar_too: bool,
 ) -> Result<Box<dyn Warm>> {
-    let cfg = Config::with_entries(pt.entries).seed(pt.seed ^ 0xe71c);
+    let cfg = Config::with_entries(pt.entries)
+        .seed(pt.seed ^ 0xe71c)
+        .pages(pt.pages);
     let mut cache = FlowCache::<D, P>::with_policy(&cfg, policy)
         .with_context(|| format!("building {} / {}", D::NAME, P::NAME))?;
     // The same key sequence for every variant (until their warm-ups end).
@@ -381,6 +549,13 @@ fn nominal_ghz(arg: Option<f64>) -> Result<f64> {
     Ok(mhz.map_or(2.0, |m| m / 1000.0))
 }
 
+fn page_name(p: PagePolicy) -> &'static str {
+    match p {
+        PagePolicy::Normal => "4k",
+        _ => "huge",
+    }
+}
+
 fn dist_name(p: Popularity) -> &'static str {
     match p {
         Popularity::Uniform => "uniform",
@@ -392,6 +567,7 @@ fn dist_name(p: Popularity) -> &'static str {
 struct Sweep {
     mib: u64,
     pop: Popularity,
+    pages: PagePolicy,
     /// (alpha, outcomes at that alpha)
     points: Vec<(f64, Vec<Outcome>)>,
 }
@@ -411,7 +587,7 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
         if quick {
             vec![0.5, 0.95, 1.5]
         } else {
-            vec![0.5, 0.75, 0.95, 1.0, 1.25, 1.5, 1.75, 2.0]
+            vec![0.5, 0.75, 0.95, 1.0, 1.25, 1.5, 2.0]
         }
     } else {
         a.alphas.clone()
@@ -450,7 +626,7 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
         } else if mib <= 4 {
             64
         } else {
-            24
+            32
         })
     };
     let trace_len = a.trace.unwrap_or(if quick { 1 << 17 } else { 1 << 18 });
@@ -479,11 +655,53 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
         "peer of every record: {BASELINE} (SIMD, random eviction) at the same point; the peer of {BASELINE} is {BASELINE_SCALAR}"
     ));
 
-    let mut sweeps = Vec::new();
+    let main_pages = match a.pages.as_str() {
+        "auto" => PagePolicy::Auto,
+        "4k" => PagePolicy::Normal,
+        other => bail!("--pages: unknown page kind {other:?} (auto, 4k)"),
+    };
+    // (size, popularity, pages, alphas)
+    let mut specs: Vec<(u64, Popularity, PagePolicy, Vec<f64>)> = Vec::new();
     for &mib in &sizes {
+        for &pop in &pops {
+            specs.push((mib, pop, main_pages, alphas.clone()));
+        }
+    }
+    let normal_mib = if a.normal_pages_mib.is_empty() {
+        if quick {
+            vec![]
+        } else {
+            vec![64]
+        }
+    } else {
+        a.normal_pages_mib
+            .iter()
+            .copied()
+            .filter(|&m| m > 0)
+            .collect()
+    };
+    if main_pages != PagePolicy::Normal {
+        for mib in normal_mib {
+            if mib > 4096 {
+                bail!("--normal-pages-mib: {mib} MiB is above 4096");
+            }
+            let al = if a.normal_pages_alphas.is_empty() {
+                vec![1.0]
+            } else {
+                a.normal_pages_alphas.clone()
+            };
+            if al.iter().any(|&x| !(x > 0.0 && x <= 16.0)) {
+                bail!("--normal-pages-alphas: {al:?} must lie in (0, 16]");
+            }
+            specs.push((mib, Popularity::Uniform, PagePolicy::Normal, al));
+        }
+    }
+
+    let mut sweeps = Vec::new();
+    for (mib, pop, pages, alphas) in specs {
         let entries = (mib as usize) << 18;
         {
-            let c = FlowCache::<Blp>::new(&Config::with_entries(entries))?;
+            let c = FlowCache::<Blp>::new(&Config::with_entries(entries).pages(pages))?;
             rep.note(&format!("{mib} MiB: {}", c.describe()));
         }
         let variants = if a.all_policies || (mib <= 4 && !quick) {
@@ -492,48 +710,79 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
             PAPER
         };
         rep.note(&format!(
-            "{mib} MiB: warm-up cap {} working sets; {} variants",
+            "{mib} MiB {} on {} pages: warm-up cap {} working sets; {} variants",
+            dist_name(pop),
+            page_name(pages),
             warm_cap(mib),
             variants.len()
         ));
-        for &pop in &pops {
-            let mut sweep = Sweep {
-                mib,
-                pop,
-                points: Vec::new(),
+        let mut sweep = Sweep {
+            mib,
+            pop,
+            pages,
+            points: Vec::new(),
+        };
+        for &alpha in &alphas {
+            let keys = ((alpha * entries as f64).round() as u64).max(2);
+            let wl = Workload::new(keys, pop, seed);
+            let mut trng = Pcg64Mcg::seed_from_u64(seed ^ 0x7ace ^ alpha.to_bits());
+            let segments: Vec<Vec<u64>> = (0..nseg)
+                .map(|_| (0..trace_len).map(|_| wl.next_hash(&mut trng)).collect())
+                .collect();
+            let pt = Point {
+                entries,
+                keys,
+                alpha,
+                wl: &wl,
+                segments: &segments,
+                seed,
+                warm_cap: warm_cap(mib),
+                penalty,
+                pblru_one_in: a.pblru_one_in,
+                pages,
             };
-            for &alpha in &alphas {
-                let keys = ((alpha * entries as f64).round() as u64).max(2);
-                let wl = Workload::new(keys, pop, seed);
-                let mut trng = Pcg64Mcg::seed_from_u64(seed ^ 0x7ace ^ alpha.to_bits());
-                let segments: Vec<Vec<u64>> = (0..nseg)
-                    .map(|_| (0..trace_len).map(|_| wl.next_hash(&mut trng)).collect())
-                    .collect();
-                let pt = Point {
-                    entries,
-                    keys,
-                    alpha,
-                    wl: &wl,
-                    segments: &segments,
-                    seed,
-                    warm_cap: warm_cap(mib),
-                    penalty,
-                    pblru_one_in: a.pblru_one_in,
-                };
-                let t = Instant::now();
-                let outs = run_point(&pt, variants, a.warm_threads)?;
-                emit(&mut rep, &pt, mib, pop, ghz, a.miss_penalty, &outs)?;
-                rep.note(&format!(
-                    "{mib} MiB {} alpha {alpha}: {} variants in {:.1} s",
-                    dist_name(pop),
-                    outs.len(),
-                    t.elapsed().as_secs_f64()
-                ));
-                sweep.points.push((alpha, outs));
-            }
-            summary(&rep, &sweep, ghz);
-            sweeps.push(sweep);
+            let t = Instant::now();
+            let outs = run_point(&pt, variants, a.warm_threads)?;
+            emit(&mut rep, &pt, mib, pop, ghz, a.miss_penalty, &outs)?;
+            rep.note(&format!(
+                "{mib} MiB {} {} pages alpha {alpha}: {} variants in {:.1} s",
+                dist_name(pop),
+                page_name(pages),
+                outs.len(),
+                t.elapsed().as_secs_f64()
+            ));
+            sweep.points.push((alpha, outs));
         }
+        summary(&rep, &sweep, ghz);
+        sweeps.push(sweep);
+    }
+    let lat_sizes: Vec<u64> = if a.latency_sizes_mib.is_empty() {
+        if quick {
+            vec![1, 16]
+        } else {
+            vec![1, 4, 16, 64, 256]
+        }
+    } else {
+        a.latency_sizes_mib
+            .iter()
+            .copied()
+            .filter(|&m| m > 0)
+            .collect()
+    };
+    for &m in &lat_sizes {
+        if m > 4096 {
+            bail!("--latency-sizes-mib: {m} MiB is above 4096");
+        }
+    }
+    if !lat_sizes.is_empty() {
+        size_case(
+            &mut rep,
+            &lat_sizes,
+            seed,
+            ghz,
+            trace_len,
+            a.common.plots.as_deref(),
+        )?;
     }
     if let Some(dir) = &a.common.plots {
         for s in &sweeps {
@@ -571,6 +820,7 @@ fn emit(
                 .param("policy", o.policy)
                 .param("isa", o.isa.name())
                 .param("series", o.label.clone())
+                .param("pages", page_name(pt.pages))
                 .param("warmup_ws", (o.warm_ws * 10.0).round() / 10.0)
                 .param("warmup_converged", o.converged)
         };
@@ -645,20 +895,43 @@ fn summary(rep: &Report, s: &Sweep, ghz: f64) {
 
 /// Hit rate, throughput and lookup cost against α; the warm-up curves at the α closest to 0.95.
 fn plots(dir: &Path, s: &Sweep, ghz: f64, penalty_cycles: u64) -> Result<()> {
-    let tag = format!("{}-{}mib", dist_name(s.pop).trim_end_matches("0.99"), s.mib);
+    let tag = format!(
+        "{}-{}mib{}",
+        dist_name(s.pop).trim_end_matches("0.99"),
+        s.mib,
+        if s.pages == PagePolicy::Normal {
+            "-4k"
+        } else {
+            ""
+        }
+    );
     let what = format!(
-        "{} MiB, {}",
+        "{} MiB, {}{}",
         s.mib,
         match s.pop {
             Popularity::Uniform => "uniform".to_string(),
             Popularity::Zipf(t) => format!("Zipf θ={t}"),
+        },
+        if s.pages == PagePolicy::Normal {
+            ", 4 KiB pages"
+        } else {
+            ""
         }
     );
-    let labels: Vec<String> = match s.points.first() {
+    if s.points.len() < 2 {
+        return Ok(());
+    }
+    let all_labels: Vec<String> = match s.points.first() {
         Some((_, o)) => o.iter().map(|o| o.label.clone()).collect(),
         None => return Ok(()),
     };
-    let series = |f: &dyn Fn(&Outcome) -> f64| -> Vec<Series> {
+    // The main plots show the paper's series; every policy on every design gets its own plot.
+    let paper: Vec<String> = all_labels
+        .iter()
+        .filter(|l| !l.contains('+') || l.starts_with("BLP"))
+        .cloned()
+        .collect();
+    let series_of = |labels: &[String], f: &dyn Fn(&Outcome) -> f64| -> Vec<Series> {
         labels
             .iter()
             .map(|l| {
@@ -671,7 +944,31 @@ fn plots(dir: &Path, s: &Sweep, ghz: f64, penalty_cycles: u64) -> Result<()> {
             })
             .collect()
     };
-    let mut hit = series(&|o| 100.0 * o.hit);
+    let series = |f: &dyn Fn(&Outcome) -> f64| series_of(&paper, f);
+    if paper.len() < all_labels.len() {
+        plot::lines(
+            &dir.join(format!("flowcache-policies-{tag}.png")),
+            &format!("Hit rate of every design and policy, {what}"),
+            "oversubscription factor α",
+            "hit rate (%)",
+            &series_of(
+                &all_labels
+                    .iter()
+                    .filter(|l| !l.ends_with(" scalar"))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                &|o| 100.0 * o.hit,
+            ),
+            Axes::default(),
+        )?;
+    }
+    // The scalar paths have the same hit rates as the SIMD ones (same table): left out here.
+    let simd: Vec<String> = paper
+        .iter()
+        .filter(|l| !l.ends_with(" scalar"))
+        .cloned()
+        .collect();
+    let mut hit = series_of(&simd, &|o| 100.0 * o.hit);
     for (name, design) in [("4-way", "4way"), ("8-way", "8way"), ("BLP", "blp")] {
         let pts: Vec<(f64, f64)> = s
             .points
