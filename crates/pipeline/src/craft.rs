@@ -42,7 +42,8 @@ impl Endpoints {
         }
     }
 
-    fn pair(&self) -> IpPair {
+    /// The address pair. Panics if the families differ (a programming error).
+    pub fn pair(&self) -> IpPair {
         match (self.src, self.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => IpPair::V4(s, d),
             (IpAddr::V6(s), IpAddr::V6(d)) => IpPair::V6(s, d),
@@ -51,20 +52,19 @@ impl Endpoints {
     }
 }
 
-/// Ethernet + IP header in front of an L4 segment of `l4_len` bytes; returns the frame and the
-/// offset of the L4 segment.
-fn ip_frame(pair: &IpPair, proto: IpProtocol, l4_len: usize, ident: u16) -> (Vec<u8>, usize) {
+/// Write Ethernet + IP headers in front of an L4 segment of `l4_len` bytes into `f`; returns the
+/// offset of the L4 segment. `f` must hold the whole frame.
+fn ip_headers(f: &mut [u8], pair: &IpPair, proto: IpProtocol, l4_len: usize, ident: u16) -> usize {
     let (ethertype, ip_len) = match pair {
         IpPair::V4(..) => (EtherType::IPV4, 20),
         IpPair::V6(..) => (EtherType::IPV6, 40),
     };
-    let mut f = vec![0u8; 14 + ip_len + l4_len];
     EthernetRepr {
         src_addr: CLIENT_MAC,
         dst_addr: BALANCER_MAC,
         ethertype,
     }
-    .emit(&mut f)
+    .emit(f)
     .expect("ethernet header fits");
     match *pair {
         IpPair::V4(s, d) => {
@@ -84,13 +84,18 @@ fn ip_frame(pair: &IpPair, proto: IpProtocol, l4_len: usize, ident: u16) -> (Vec
         .emit(&mut f[14..])
         .expect("ipv6 header fits"),
     }
-    (f, 14 + ip_len)
+    14 + ip_len
 }
 
-/// A TCP segment without payload: SYN, or ACK+PSH for an established connection.
-pub fn tcp(e: &Endpoints, syn: bool) -> Vec<u8> {
-    let pair = e.pair();
-    let repr = TcpRepr {
+fn ip_overhead(pair: &IpPair) -> usize {
+    match pair {
+        IpPair::V4(..) => 34,
+        IpPair::V6(..) => 54,
+    }
+}
+
+fn tcp_repr(e: &Endpoints, syn: bool) -> TcpRepr {
+    TcpRepr {
         src_port: e.sport,
         dst_port: e.dport,
         seq_number: 1,
@@ -103,25 +108,58 @@ pub fn tcp(e: &Endpoints, syn: bool) -> Vec<u8> {
         window_len: 65535,
         urgent_at: 0,
         options: TcpOptions::NONE,
-    };
-    let (mut f, l4) = ip_frame(&pair, IpProtocol::TCP, repr.header_len(), 0);
-    repr.emit(&mut f[l4..], &pair).expect("tcp header fits");
-    f
+    }
 }
 
-/// A UDP datagram with `payload` bytes of payload (a repeating pattern).
-pub fn udp(e: &Endpoints, payload: usize) -> Vec<u8> {
+/// Write a TCP segment without payload (SYN, or ACK+PSH) into `out`; returns the frame length.
+/// `out` needs 74 bytes (IPv6) or 54 (IPv4).
+pub fn tcp_into(e: &Endpoints, syn: bool, out: &mut [u8]) -> usize {
     let pair = e.pair();
-    let (mut f, l4) = ip_frame(&pair, IpProtocol::UDP, 8 + payload, 0);
-    for (i, b) in f[l4 + 8..].iter_mut().enumerate() {
+    let repr = tcp_repr(e, syn);
+    let len = ip_overhead(&pair) + repr.header_len();
+    let l4 = ip_headers(
+        &mut out[..len],
+        &pair,
+        IpProtocol::TCP,
+        repr.header_len(),
+        0,
+    );
+    repr.emit(&mut out[l4..len], &pair)
+        .expect("tcp header fits");
+    len
+}
+
+/// Write a UDP datagram with `payload` bytes (a repeating pattern) into `out`; returns the frame
+/// length.
+pub fn udp_into(e: &Endpoints, payload: usize, out: &mut [u8]) -> usize {
+    let pair = e.pair();
+    let len = ip_overhead(&pair) + 8 + payload;
+    let l4 = ip_headers(&mut out[..len], &pair, IpProtocol::UDP, 8 + payload, 0);
+    for (i, b) in out[l4 + 8..len].iter_mut().enumerate() {
         *b = i as u8;
     }
     UdpRepr {
         src_port: e.sport,
         dst_port: e.dport,
     }
-    .emit(&mut f[l4..], Some(&pair))
+    .emit(&mut out[l4..len], Some(&pair))
     .expect("udp header fits");
+    len
+}
+
+/// A TCP segment without payload: SYN, or ACK+PSH for an established connection.
+pub fn tcp(e: &Endpoints, syn: bool) -> Vec<u8> {
+    let mut f = vec![0u8; 128];
+    let n = tcp_into(e, syn, &mut f);
+    f.truncate(n);
+    f
+}
+
+/// A UDP datagram with `payload` bytes of payload (a repeating pattern).
+pub fn udp(e: &Endpoints, payload: usize) -> Vec<u8> {
+    let mut f = vec![0u8; 54 + 8 + payload];
+    let n = udp_into(e, payload, &mut f);
+    f.truncate(n);
     f
 }
 
@@ -142,11 +180,7 @@ pub fn udp_fragments(
     let pair = e.pair();
     // The whole UDP datagram, checksum over the complete payload.
     let whole = udp(e, payload);
-    let l4 = match pair {
-        IpPair::V4(..) => 34,
-        IpPair::V6(..) => 54,
-    };
-    let datagram = &whole[l4..];
+    let datagram = &whole[ip_overhead(&pair)..];
     let step = (frag_payload / 8 * 8).max(8);
     let mut out = Vec::new();
     let mut off = 0;

@@ -10,7 +10,9 @@
 //!
 //! Fixed size: `capacity` entries in 4-way sets, at most [`HOLD`] held fragments per datagram. When a
 //! set has no free or expired way, the new datagram is refused (counted as table full) rather than
-//! evicting one in progress.
+//! evicting one in progress. An entry is freed as soon as its datagram is complete (the last
+//! fragment has been seen and the fragments seen cover every byte up to it), so the table holds only
+//! datagrams in progress; the timeout reclaims datagrams that never complete.
 
 use crate::packet::Packet;
 use fp_wire::FragmentKey;
@@ -33,6 +35,39 @@ struct Entry {
     decision: Option<Decision>,
     expires_ns: u64,
     held: Vec<Packet>,
+    /// Data bytes of the fragments seen so far.
+    seen: u32,
+    /// Datagram length, once its last fragment (more-fragments clear) was seen.
+    total: Option<u32>,
+}
+
+impl Entry {
+    fn clear(&mut self) {
+        self.key = None;
+        self.decision = None;
+        self.seen = 0;
+        self.total = None;
+    }
+
+    /// Account for a fragment; true when the datagram is complete.
+    fn cover(&mut self, piece: Piece) -> bool {
+        self.seen = self.seen.saturating_add(piece.len);
+        if !piece.more {
+            self.total = Some(piece.offset + piece.len);
+        }
+        self.total.is_some_and(|t| self.seen >= t)
+    }
+}
+
+/// Where a fragment's data lies in its datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Offset of the data in the datagram.
+    pub offset: u32,
+    /// Data bytes.
+    pub len: u32,
+    /// More fragments follow.
+    pub more: bool,
 }
 
 /// What happened to a non-first fragment.
@@ -67,6 +102,8 @@ impl FragTable {
                 decision: None,
                 expires_ns: 0,
                 held: Vec::with_capacity(HOLD),
+                seen: 0,
+                total: None,
             })
             .collect();
         FragTable {
@@ -97,16 +134,15 @@ impl FragTable {
             if !live {
                 if e.key.is_some() {
                     expired.append(&mut e.held);
-                    e.key = None;
-                    e.decision = None;
+                    e.clear();
                 }
                 free.get_or_insert(i);
             }
         }
         let i = free?;
         let e = &mut self.entries[i];
+        e.clear();
         e.key = Some(*key);
-        e.decision = None;
         e.expires_ns = now.saturating_add(self.timeout_ns);
         Some(i)
     }
@@ -118,6 +154,7 @@ impl FragTable {
         &mut self,
         key: &FragmentKey,
         d: Decision,
+        piece: Piece,
         now: u64,
         release: &mut Vec<Packet>,
         expired: &mut Vec<Packet>,
@@ -128,6 +165,9 @@ impl FragTable {
         let e = &mut self.entries[i];
         e.decision = Some(d);
         release.append(&mut e.held);
+        if e.cover(piece) {
+            e.clear();
+        }
         true
     }
 
@@ -136,6 +176,7 @@ impl FragTable {
         &mut self,
         key: &FragmentKey,
         p: Packet,
+        piece: Piece,
         now: u64,
         expired: &mut Vec<Packet>,
     ) -> FragAction {
@@ -144,9 +185,16 @@ impl FragTable {
         };
         let e = &mut self.entries[i];
         match e.decision {
-            Some(d) => FragAction::Forward(d, p),
+            Some(d) => {
+                if e.cover(piece) {
+                    e.clear();
+                }
+                FragAction::Forward(d, p)
+            }
             None if e.held.len() < HOLD => {
                 e.held.push(p);
+                // Held fragments count toward completion; the entry stays until decided.
+                e.cover(piece);
                 FragAction::Held
             }
             None => FragAction::HoldFull(p),
@@ -161,8 +209,7 @@ impl FragTable {
             let e = &mut self.entries[self.sweep_at];
             if e.key.is_some() && e.expires_ns <= now {
                 expired.append(&mut e.held);
-                e.key = None;
-                e.decision = None;
+                e.clear();
             }
             self.sweep_at = (self.sweep_at + 1) % n;
         }
@@ -195,25 +242,48 @@ mod tests {
         }
     }
 
+    fn mid(i: u32) -> Piece {
+        Piece {
+            offset: 100 * i,
+            len: 100,
+            more: true,
+        }
+    }
+
+    fn held(a: FragAction) -> bool {
+        matches!(a, FragAction::Held)
+    }
+
     #[test]
-    fn hold_then_release_then_forward() {
+    fn hold_then_release_then_forward_then_free() {
         let mut pool = Pool::new(64);
         let mut t = FragTable::new(16, 1000, 7);
         let mut exp = Vec::new();
         let d = Decision { vip: 1, backend: 2 };
-        for _ in 0..3 {
-            assert!(matches!(
-                t.non_first(&key(5), pool.get().unwrap(), 10, &mut exp),
-                FragAction::Held
-            ));
+        for i in 1..4 {
+            assert!(held(t.non_first(
+                &key(5),
+                pool.get().unwrap(),
+                mid(i),
+                10,
+                &mut exp
+            )));
         }
         let mut rel = Vec::new();
-        assert!(t.decide(&key(5), d, 20, &mut rel, &mut exp));
+        assert!(t.decide(&key(5), d, mid(0), 20, &mut rel, &mut exp));
         assert_eq!(rel.len(), 3);
-        match t.non_first(&key(5), pool.get().unwrap(), 30, &mut exp) {
+        assert_eq!(t.occupied(), 1);
+        let last = Piece {
+            offset: 400,
+            len: 50,
+            more: false,
+        };
+        match t.non_first(&key(5), pool.get().unwrap(), last, 30, &mut exp) {
             FragAction::Forward(x, _) => assert_eq!(x, d),
             other => panic!("{other:?}"),
         }
+        // Complete (0..450 covered): the entry is freed at once.
+        assert_eq!(t.occupied(), 0);
         assert!(exp.is_empty());
     }
 
@@ -222,10 +292,13 @@ mod tests {
         let mut pool = Pool::new(64);
         let mut t = FragTable::new(16, 1000, 7);
         let mut exp = Vec::new();
-        assert!(matches!(
-            t.non_first(&key(1), pool.get().unwrap(), 0, &mut exp),
-            FragAction::Held
-        ));
+        assert!(held(t.non_first(
+            &key(1),
+            pool.get().unwrap(),
+            mid(1),
+            0,
+            &mut exp
+        )));
         t.sweep(999, 1000, &mut exp);
         assert!(exp.is_empty());
         t.sweep(1000, 1000, &mut exp);
@@ -238,31 +311,36 @@ mod tests {
         let mut pool = Pool::new(256);
         let mut t = FragTable::new(4, 1000, 7); // one set of 4 ways
         let mut exp = Vec::new();
-        for _ in 0..HOLD {
-            assert!(matches!(
-                t.non_first(&key(1), pool.get().unwrap(), 0, &mut exp),
-                FragAction::Held
-            ));
+        for i in 0..HOLD as u32 {
+            assert!(held(t.non_first(
+                &key(1),
+                pool.get().unwrap(),
+                mid(i + 1),
+                0,
+                &mut exp
+            )));
         }
-        assert!(matches!(
-            t.non_first(&key(1), pool.get().unwrap(), 0, &mut exp),
-            FragAction::HoldFull(_)
-        ));
+        let a = t.non_first(&key(1), pool.get().unwrap(), mid(20), 0, &mut exp);
+        assert!(matches!(a, FragAction::HoldFull(_)));
         for id in 2..5 {
-            assert!(matches!(
-                t.non_first(&key(id), pool.get().unwrap(), 0, &mut exp),
-                FragAction::Held
-            ));
+            assert!(held(t.non_first(
+                &key(id),
+                pool.get().unwrap(),
+                mid(1),
+                0,
+                &mut exp
+            )));
         }
-        assert!(matches!(
-            t.non_first(&key(9), pool.get().unwrap(), 0, &mut exp),
-            FragAction::TableFull(_)
-        ));
+        let a = t.non_first(&key(9), pool.get().unwrap(), mid(1), 0, &mut exp);
+        assert!(matches!(a, FragAction::TableFull(_)));
         // After expiry the way is reused and the held fragments come back.
-        assert!(matches!(
-            t.non_first(&key(9), pool.get().unwrap(), 5000, &mut exp),
-            FragAction::Held
-        ));
+        assert!(held(t.non_first(
+            &key(9),
+            pool.get().unwrap(),
+            mid(1),
+            5000,
+            &mut exp
+        )));
         assert!(!exp.is_empty());
     }
 }

@@ -18,7 +18,7 @@
 //! balancer.
 
 use crate::config::EncapKind;
-use crate::frag::{Decision, FragAction, FragTable};
+use crate::frag::{Decision, FragAction, FragTable, Piece};
 use crate::packet::{Packet, Pool};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
@@ -252,7 +252,7 @@ impl LbWorker {
                     pool.put(p);
                     continue;
                 };
-                match frags.non_first(&fk, p, now_ns, expired) {
+                match frags.non_first(&fk, p, piece(&s), now_ns, expired) {
                     FragAction::Forward(d, p) => {
                         stats.count(Outcome::FragForwarded, 1);
                         let key = s.flow_key();
@@ -397,7 +397,14 @@ impl LbWorker {
             }
             if let Some(fk) = frag {
                 release.clear();
-                frags.decide(&fk, Decision { vip, backend }, now_ns, release, expired);
+                frags.decide(
+                    &fk,
+                    Decision { vip, backend },
+                    piece(&s),
+                    now_ns,
+                    release,
+                    expired,
+                );
                 emit(
                     snap, stats, tx, pool, ident, *seed, pkt, &s, vip, backend, &key,
                 );
@@ -457,6 +464,20 @@ impl LbWorker {
         };
         self.sweep6 = self.conn6.retain_range(self.sweep6, buckets, keep6);
         self.stats.count(Outcome::ConnExpired, n);
+    }
+}
+
+/// Where a fragment's data lies in its datagram.
+fn piece(s: &PacketSummary) -> Piece {
+    let f = s.fragment.unwrap_or(fp_wire::FragmentInfo {
+        ident: 0,
+        offset: 0,
+        more: false,
+    });
+    Piece {
+        offset: f.offset as u32,
+        len: (s.l3_end() as u32).saturating_sub(s.l4_offset as u32),
+        more: f.more,
     }
 }
 

@@ -180,9 +180,21 @@ impl Pool {
         }
     }
 
-    /// Buffers handed out and not yet returned.
+    /// Buffers this pool created and that are not in it now (buffers may also be returned to a
+    /// pool other than the one that created them, e.g. by another thread).
     pub fn in_use(&self) -> usize {
-        self.allocated - self.free.len()
+        self.allocated.saturating_sub(self.free.len())
+    }
+
+    /// Move up to `max` free buffers into `out` (to hand them back to another thread's pool).
+    pub fn take_free(&mut self, max: usize, out: &mut Vec<Packet>) {
+        let keep = self.free.len().saturating_sub(max);
+        out.extend(self.free.drain(keep..));
+    }
+
+    /// Free buffers in the pool.
+    pub fn free(&self) -> usize {
+        self.free.len()
     }
 
     /// Buffers allocated so far.
