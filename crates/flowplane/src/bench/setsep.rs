@@ -1,14 +1,823 @@
-//! `flowplane bench setsep` (not built yet: owned by the issue that builds the crate).
+//! `flowplane bench setsep`: SetSep and the ScaleBricks cluster (ScaleBricks, SIGCOMM 2015, §6).
+//!
+//! Parts (`--parts`, default all):
+//!
+//! * **table1** — the fragment's Table 1: construction rate, fallback ratio, total size and bits per
+//!   key for 64 M keys (`--keys`), for the settings 16+8, 8+16, 16+16 (1-bit values), 16+8 with
+//!   2-, 3- and 4-bit values, and 16+8 on 2 threads (this machine has 2 cores; the paper went to 16).
+//!   Peer: sux's `VFunc` built from the same keys and values with the same number of threads.
+//! * **fig7** — Fig. 7: lookup Mops against the number of keys (500 K..64 M) for batch sizes 1..32,
+//!   2-bit values, "16+8", one thread (plus the two-thread total at batch 32). Peer: `VFunc::get`
+//!   on the same keys (it has no batched lookup).
+//! * **updates** — updates per second of the SetSep updater (value changes, inserts, removals), with
+//!   1 and 8 replicas (one per cluster node); the paper's 60 K updates/s per core.
+//! * **cluster** — N = 1, 2, 4, 8 in-process nodes with tables of 1 M..32 M entries (`--max-entries`):
+//!   full duplication, hash partitioning and ScaleBricks — memory per node, packets per second per
+//!   core (all nodes stepped on one thread: the work per packet, not a wall-clock rate of N
+//!   machines), interconnect hops per packet.
+//! * **live** — ScaleBricks nodes on their own threads while the control plane moves entries:
+//!   updates/s, packets/s, and a check that no frame that entered after an update completed left
+//!   anywhere but the new owner.
+//! * **capacity** — §6.3's analytical capacity of an n-node cluster with per-node memory M
+//!   (`M·n / (64 + (0.5 + 1.5·log2 n)·n)` 64-bit entries) against duplication and hash partitioning,
+//!   and the same curve with this implementation's measured bytes per FIB entry and SetSep bits per
+//!   key.
+//!
+//! Plots (`--plots DIR`): `setsep-fig7.png`, `setsep-capacity.png`, `setsep-cluster-mpps.png`,
+//! `setsep-cluster-memory.png`.
 
-use super::CommonOpts;
-use anyhow::Result;
+use super::plot::{self, Axes, Series};
+use super::{CommonOpts, Record, Report};
+use anyhow::{anyhow, Context, Result};
+use fp_cluster::{ClusterConfig, Frames, GenPort, Mode, Sink};
+use fp_setsep::peer::SuxVFunc;
+use fp_setsep::{Config, SetSep, Updater};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct SetsepArgs {
     #[command(flatten)]
     pub common: CommonOpts,
+    /// Parts to run: table1, fig7, updates, cluster, live, capacity (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub parts: Option<Vec<String>>,
+    /// Keys for Table 1 (default 64 M as in the paper; 1 M with --quick).
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Largest table of Fig 7 (default 64 M; 2 M with --quick).
+    #[arg(long)]
+    pub max_keys: Option<usize>,
+    /// Largest cluster FIB (default 32 M entries; 1 M with --quick).
+    #[arg(long)]
+    pub max_entries: Option<usize>,
+    /// Cluster sizes.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u8, 2, 4, 8])]
+    pub nodes: Vec<u8>,
+    /// Lookups per Fig 7 measurement (default 4 M; 1 M with --quick).
+    #[arg(long)]
+    pub lookups: Option<usize>,
 }
 
-pub fn run(_a: SetsepArgs) -> Result<()> {
-    anyhow::bail!("flowplane bench setsep is not built yet")
+/// Table 1 of the fragment: (setting, value bits, threads, Mkeys/s, fallback %, MB, bits/key).
+const PAPER_TABLE1: [((u8, u8), u8, usize, f64, f64, f64, f64); 8] = [
+    ((16, 8), 1, 1, 0.54, 0.0, 16.0, 2.0),
+    ((8, 16), 1, 1, 2.42, 1.15, 16.64, 2.08),
+    ((16, 16), 1, 1, 2.47, 0.0, 20.0, 2.5),
+    ((16, 8), 2, 1, 0.24, 0.0, 28.0, 3.5),
+    ((16, 8), 3, 1, 0.18, 0.0, 40.0, 5.0),
+    ((16, 8), 4, 1, 0.14, 0.0, 52.0, 6.5),
+    ((16, 8), 1, 2, 0.93, 0.0, 16.0, 2.0),
+    // The paper also has 4, 8 and 16 threads (1.56, 2.28, 2.97 Mkeys/s); this machine has 2 cores.
+    ((16, 8), 1, 16, 2.97, 0.0, 16.0, 2.0),
+];
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn wants(a: &SetsepArgs, part: &str) -> bool {
+    a.parts
+        .as_ref()
+        .is_none_or(|p| p.iter().any(|x| x.eq_ignore_ascii_case(part)))
+}
+
+/// `n` distinct 64-bit keys (splitmix64 is a bijection) and values below `2^vbits`.
+fn keys_values(n: usize, vbits: u8, seed: u64) -> (Vec<u64>, Vec<u16>) {
+    let keys: Vec<u64> = (0..n as u64)
+        .map(|i| fp_hash::splitmix64(i ^ seed.rotate_left(17)))
+        .collect();
+    let mask = (1u64 << vbits) - 1;
+    let vals = keys
+        .iter()
+        .map(|&k| (fp_hash::splitmix64(k ^ seed) & mask) as u16)
+        .collect();
+    (keys, vals)
+}
+
+fn fmt_keys(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{}M", n >> 20)
+    } else if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 && n % 1000 == 0 {
+        format!("{}K", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+pub fn run(a: SetsepArgs) -> Result<()> {
+    let mut report = Report::new("setsep", &a.common)?;
+    report.note(&format!(
+        "construction search ISA: {:?}; {} CPUs",
+        fp_setsep::isa(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    ));
+    let mut measured_bits: HashMap<u8, f64> = HashMap::new();
+    if wants(&a, "table1") {
+        table1(&a, &mut report, &mut measured_bits)?;
+    }
+    if wants(&a, "fig7") {
+        fig7(&a, &mut report)?;
+    }
+    if wants(&a, "updates") {
+        updates(&a, &mut report)?;
+    }
+    let mut fib_bytes_per_entry = None;
+    if wants(&a, "cluster") {
+        fib_bytes_per_entry = cluster(&a, &mut report)?;
+    }
+    if wants(&a, "live") {
+        live(&a, &mut report)?;
+    }
+    if wants(&a, "capacity") {
+        capacity(&a, &mut report, &measured_bits, fib_bytes_per_entry)?;
+    }
+    report.finish()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table 1
+
+fn table1(a: &SetsepArgs, report: &mut Report, bits: &mut HashMap<u8, f64>) -> Result<()> {
+    let n = a
+        .keys
+        .unwrap_or(if a.common.quick { 1 << 20 } else { 64 << 20 });
+    let cores = std::thread::available_parallelism().map_or(1, |x| x.get());
+    report.note(&format!(
+        "Table 1: construction of SetSep for {} keys (paper: 64 M keys, Xeon E5-2697 v2)",
+        fmt_keys(n)
+    ));
+    // sux is built once per (value bits, threads).
+    let mut sux: HashMap<(u8, usize), (f64, f64)> = HashMap::new();
+    for &((x, y), v, paper_threads, p_rate, p_fb, p_mb, p_bits) in &PAPER_TABLE1 {
+        let threads = paper_threads.min(cores);
+        if paper_threads > 2 && threads == paper_threads.min(2) && paper_threads != threads {
+            // The 16-thread row runs with every core this machine has (reported as such).
+        }
+        if paper_threads > cores && cores < 2 {
+            continue;
+        }
+        let (keys, vals) = keys_values(n, v, a.common.seed);
+        let cfg = Config::new(v)
+            .setting(x, y)
+            .threads(threads)
+            .seed(a.common.seed);
+        let t = Instant::now();
+        let (table, st) = fp_setsep::build(&cfg, &keys, &vals).context("building SetSep")?;
+        let secs = t.elapsed().as_secs_f64();
+        // Correctness spot check (all keys with --quick, a sample otherwise).
+        let step = if a.common.quick { 1 } else { 97 };
+        let bad = keys
+            .iter()
+            .zip(&vals)
+            .step_by(step)
+            .filter(|(&k, &v)| table.get(k) != v)
+            .count();
+        if bad > 0 {
+            return Err(anyhow!(
+                "SetSep {x}+{y} {v}-bit maps {bad} sampled keys wrongly"
+            ));
+        }
+        let s = table.stats();
+        let rate = n as f64 / secs / 1e6;
+        let (sux_rate, sux_bits) = match sux.get(&(v, threads)) {
+            Some(&r) => r,
+            None => {
+                let t = Instant::now();
+                let f = SuxVFunc::build(&keys, &vals, threads).map_err(|e| anyhow!(e))?;
+                let r = (
+                    n as f64 / t.elapsed().as_secs_f64() / 1e6,
+                    f.bytes() as f64 * 8.0 / n as f64,
+                );
+                sux.insert((v, threads), r);
+                r
+            }
+        };
+        if (x, y) == (16, 8) && threads == 1 {
+            bits.insert(v, s.bits_per_key());
+        }
+        let setting = format!("{x}+{y}");
+        let tag = |r: Record| {
+            r.param("setting", setting.clone())
+                .param("value_bits", v)
+                .param("threads", threads)
+                .param("paper_threads", paper_threads)
+                .param("keys", n)
+        };
+        report.add(
+            tag(Record::higher("construct", rate, "Mkeys/s"))
+                .param("paper", p_rate)
+                .param(
+                    "tries_per_search",
+                    st.tries as f64 / (st.groups.max(1) * v as u64) as f64,
+                )
+                .peer("sux-vfunc", sux_rate),
+        )?;
+        report.add(
+            tag(Record::lower(
+                "fallback_ratio",
+                100.0 * s.fallback_ratio(),
+                "%",
+            ))
+            .param("paper", p_fb),
+        )?;
+        report.add(
+            tag(Record::lower("total_size", s.bytes() as f64 / MIB, "MiB"))
+                .param("paper_mb_at_64M", p_mb)
+                .peer("sux-vfunc", sux_bits * n as f64 / 8.0 / MIB),
+        )?;
+        report.add(
+            tag(Record::lower("bits_per_key", s.bits_per_key(), "bits"))
+                .param("paper", p_bits)
+                .peer("sux-vfunc", sux_bits),
+        )?;
+        drop(table);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fig 7
+
+fn lookup_mops(t: &SetSep, probe: &[u64], batch: usize, reps: usize) -> f64 {
+    let mut best = 0f64;
+    let mut out = [0u16; 64];
+    let mut sink = 0u64;
+    for _ in 0..reps {
+        let s = Instant::now();
+        if batch == 1 {
+            for &k in probe {
+                sink = sink.wrapping_add(t.get(k) as u64);
+            }
+        } else {
+            for c in probe.chunks(batch) {
+                t.get_batch(c, &mut out[..c.len()]);
+                sink = sink.wrapping_add(out[0] as u64);
+            }
+        }
+        best = best.max(probe.len() as f64 / s.elapsed().as_secs_f64() / 1e6);
+    }
+    std::hint::black_box(sink);
+    best
+}
+
+fn lookup_mops_threads(t: &SetSep, probe: &[u64], batch: usize, threads: usize) -> f64 {
+    let per = probe.len().div_ceil(threads);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for part in probe.chunks(per) {
+            s.spawn(move || lookup_mops(t, part, batch, 1));
+        }
+    });
+    probe.len() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn sux_mops(f: &SuxVFunc, probe: &[u64], reps: usize) -> f64 {
+    let mut best = 0f64;
+    let mut sink = 0u64;
+    for _ in 0..reps {
+        let s = Instant::now();
+        for &k in probe {
+            sink = sink.wrapping_add(f.get(k) as u64);
+        }
+        best = best.max(probe.len() as f64 / s.elapsed().as_secs_f64() / 1e6);
+    }
+    std::hint::black_box(sink);
+    best
+}
+
+fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
+    let max = a
+        .max_keys
+        .unwrap_or(if a.common.quick { 2 << 20 } else { 64 << 20 });
+    let lookups = a
+        .lookups
+        .unwrap_or(if a.common.quick { 1 << 20 } else { 4 << 20 });
+    let mut sizes = vec![500_000usize];
+    let mut s = 1usize << 20;
+    while s <= max {
+        sizes.push(s);
+        s <<= 1;
+    }
+    let batches = [1usize, 2, 4, 8, 16, 17, 32];
+    let reps = if a.common.quick { 2 } else { 3 };
+    let cores = std::thread::available_parallelism().map_or(1, |x| x.get());
+    report.note(&format!(
+        "Fig 7: lookups, 2-bit values, 16+8, {} random member keys per point, best of {reps}",
+        fmt_keys(lookups)
+    ));
+    let mut series: Vec<Series> = batches
+        .iter()
+        .map(|b| Series::new(format!("SetSep batch {b}"), vec![]))
+        .collect();
+    let mut sux_series = Series::new("sux VFunc (get)", vec![]);
+    let mut two = Series::new(format!("SetSep batch 32, {cores} threads (total)"), vec![]);
+    for &n in &sizes {
+        let (keys, vals) = keys_values(n, 2, a.common.seed ^ n as u64);
+        let cfg = Config::new(2).threads(cores).seed(a.common.seed);
+        let (table, _) = fp_setsep::build(&cfg, &keys, &vals)?;
+        let probe: Vec<u64> = (0..lookups as u64)
+            .map(|i| keys[(fp_hash::splitmix64(i ^ 0xF167) % n as u64) as usize])
+            .collect();
+        let f = SuxVFunc::build(&keys, &vals, cores).map_err(|e| anyhow!(e))?;
+        let sux = sux_mops(&f, &probe, reps);
+        let st = table.stats();
+        let sux_bits = f.bytes() as f64 * 8.0 / n as f64;
+        drop(f);
+        drop(keys);
+        drop(vals);
+        report.add(
+            Record::lower("lookup_table_bits_per_key", st.bits_per_key(), "bits")
+                .param("keys", n)
+                .param("pages", st.pages.to_string())
+                .peer("sux-vfunc", sux_bits),
+        )?;
+        for (i, &b) in batches.iter().enumerate() {
+            let m = lookup_mops(&table, &probe, b, reps);
+            series[i].points.push((n as f64, m));
+            report.add(
+                Record::higher("lookup", m, "Mops")
+                    .param("keys", n)
+                    .param("batch", b)
+                    .param("threads", 1)
+                    .peer("sux-vfunc", sux),
+            )?;
+        }
+        sux_series.points.push((n as f64, sux));
+        if cores > 1 {
+            let m = lookup_mops_threads(&table, &probe, 32, cores);
+            two.points.push((n as f64, m));
+            report.add(
+                Record::higher("lookup_total", m, "Mops")
+                    .param("keys", n)
+                    .param("batch", 32)
+                    .param("threads", cores),
+            )?;
+        }
+    }
+    if let Some(dir) = &a.common.plots {
+        let mut all = series;
+        all.push(sux_series);
+        if !two.points.is_empty() {
+            all.push(two);
+        }
+        plot::lines(
+            &dir.join("setsep-fig7.png"),
+            "SetSep lookups (2-bit values, 16+8), one thread",
+            "keys",
+            "Mops",
+            &all,
+            Axes {
+                log_x: true,
+                y_from_zero: true,
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Updates
+
+fn updates(a: &SetsepArgs, report: &mut Report) -> Result<()> {
+    let n = if a.common.quick { 256 << 10 } else { 4 << 20 };
+    let ops = if a.common.quick { 50_000 } else { 400_000 };
+    report.note(&format!(
+        "updates: SetSep updater, {} keys, 2-bit values (4 owners), 16+8, {ops} operations per case",
+        fmt_keys(n)
+    ));
+    for replicas in [1usize, 8] {
+        let (keys, vals) = keys_values(n, 2, a.common.seed);
+        let cfg = Config::new(2)
+            .capacity(n + n / 4)
+            .seed(a.common.seed)
+            .threads(2);
+        let (mut up, r0) = Updater::build(&cfg, &keys, &vals)?;
+        let mut reps = vec![r0];
+        for _ in 1..replicas {
+            reps.push(up.replica()?);
+        }
+        // Value changes (an entry moving to another node).
+        let t = Instant::now();
+        for i in 0..ops {
+            let j = (fp_hash::splitmix64(i as u64 ^ 0xAB) % n as u64) as usize;
+            let v = (up.get(keys[j]).unwrap_or(0) + 1) & 3;
+            up.insert(keys[j], v)?;
+        }
+        let move_rate = ops as f64 / t.elapsed().as_secs_f64();
+        let s1 = up.stats();
+        // Inserts of new keys.
+        let (new_keys, new_vals) = keys_values(ops, 2, a.common.seed ^ 0x5555);
+        let t = Instant::now();
+        for (&k, &v) in new_keys.iter().zip(&new_vals) {
+            up.insert(k, v)?;
+        }
+        let insert_rate = ops as f64 / t.elapsed().as_secs_f64();
+        // Removals.
+        let t = Instant::now();
+        for &k in &new_keys {
+            up.remove(k)?;
+        }
+        let remove_rate = ops as f64 / t.elapsed().as_secs_f64();
+        let s2 = up.stats();
+        // Check every replica on a sample.
+        for r in &reps {
+            for (j, &k) in keys.iter().enumerate().step_by(101) {
+                let want = up.get(k).unwrap_or(vals[j]);
+                if r.get(k) != want {
+                    return Err(anyhow!("replica disagrees with the updater on key {k:#x}"));
+                }
+            }
+        }
+        for (case, rate) in [
+            ("update_change", move_rate),
+            ("update_insert", insert_rate),
+            ("update_remove", remove_rate),
+        ] {
+            report.add(
+                Record::higher(case, rate / 1e3, "Kupdates/s")
+                    .param("keys", n)
+                    .param("replicas", replicas)
+                    .param("paper", 60.0),
+            )?;
+        }
+        report.note(&format!(
+            "  {replicas} replicas: changes absorbed {} / rebuilt {} / moved bin {} / fallback {} (of {ops}); after inserts: absorbed {} rebuilt {} moved {} fallback {}; fallback keys now {}",
+            s1.absorbed,
+            s1.rebuilt,
+            s1.moved,
+            s1.fallback,
+            s2.absorbed - s1.absorbed,
+            s2.rebuilt - s1.rebuilt,
+            s2.moved - s1.moved,
+            s2.fallback - s1.fallback,
+            up.fallback_len()
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+
+const PORTS: u16 = 4;
+const FRAME: usize = 64;
+
+/// `n` distinct 48-bit keys (multiplication by an odd constant is a bijection mod 2^48), owners
+/// uniform over `nodes`, ports uniform over `PORTS`.
+fn cluster_entries(n: usize, nodes: u8, seed: u64) -> Vec<(u64, u8, u16)> {
+    (0..n as u64)
+        .map(|i| {
+            let k = (i ^ (seed & 0xFFFF)).wrapping_mul(0x9E37_79B9_7F4B) & ((1 << 48) - 1);
+            let h = fp_hash::splitmix64(k ^ seed);
+            (
+                k,
+                (h % nodes as u64) as u8,
+                ((h >> 32) % PORTS as u64) as u16,
+            )
+        })
+        .collect()
+}
+
+struct ClusterResult {
+    mpps: f64,
+    hops: f64,
+    mem_node: f64,
+    fib_mem_node: f64,
+    gpt_mem_node: f64,
+    fib_bytes_per_entry: f64,
+    drops: u64,
+}
+
+fn cluster_case(mode: Mode, nodes: u8, n: usize, packets: u64, seed: u64) -> Result<ClusterResult> {
+    let es = cluster_entries(n, nodes, seed);
+    let stamps = Arc::new(AtomicU64::new(0));
+    let per_node = packets / nodes as u64;
+    let ports: Vec<GenPort> = (0..nodes)
+        .map(|i| {
+            let keys: Vec<u64> = (0..65_536u64)
+                .map(|j| {
+                    es[(fp_hash::splitmix64(j ^ ((i as u64) << 40) ^ seed) % n as u64) as usize].0
+                })
+                .collect();
+            GenPort::new(
+                Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
+                per_node,
+                stamps.clone(),
+                Sink::new(PORTS as usize, false),
+            )
+        })
+        .collect();
+    let mut cfg = ClusterConfig::new(nodes, mode, PORTS, n);
+    cfg.max_frame = 128;
+    cfg.build_threads = std::thread::available_parallelism().map_or(1, |x| x.get());
+    cfg.seed = seed;
+    let (mut c, _ctl) = fp_cluster::build(&cfg, &es, ports)?;
+    drop(es);
+    let t = Instant::now();
+    c.run_until_idle(usize::MAX);
+    let secs = t.elapsed().as_secs_f64();
+    let cn = c.counters();
+    let emitted = cn.emitted;
+    let mut mem = 0usize;
+    let mut fib = 0usize;
+    let mut gpt = 0usize;
+    let mut entries = 0usize;
+    for i in 0..nodes as usize {
+        let m = c.memory(i);
+        mem += m.bytes();
+        fib += m.fib_bytes;
+        gpt += m.gpt_bytes;
+        entries += m.fib_entries;
+    }
+    let hops: u64 = c.nodes.iter().map(|x| x.port.sink.hops()).sum();
+    Ok(ClusterResult {
+        mpps: emitted as f64 / secs / 1e6,
+        hops: hops as f64 / emitted.max(1) as f64,
+        mem_node: mem as f64 / nodes as f64 / MIB,
+        fib_mem_node: fib as f64 / nodes as f64 / MIB,
+        gpt_mem_node: gpt as f64 / nodes as f64 / MIB,
+        fib_bytes_per_entry: fib as f64 / entries.max(1) as f64,
+        drops: cn.drops(),
+    })
+}
+
+fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
+    let max = a
+        .max_entries
+        .unwrap_or(if a.common.quick { 256 << 10 } else { 32 << 20 });
+    // Fig 8's sizes (1 M..32 M entries); --quick: one small table.
+    let mut sizes = vec![];
+    let mut s = if a.common.quick { 256 << 10 } else { 1 << 20 };
+    while s <= max {
+        sizes.push(s);
+        s <<= 1;
+    }
+    let packets: u64 = if a.common.quick { 200_000 } else { 2_000_000 };
+    report.note(&format!(
+        "cluster: {FRAME}-byte frames to uniformly random known MACs, {packets} per case, all nodes stepped on one thread (Mpps = packets per second of one core doing every node's work)"
+    ));
+    let modes = [Mode::Duplicate, Mode::HashPartition, Mode::ScaleBricks];
+    let mut mpps_series: Vec<Series> = vec![];
+    let mut mem_series: Vec<Series> = vec![];
+    let mut fib_bpe = None;
+    for &nodes in &a.nodes {
+        for &mode in &modes {
+            let mut pm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
+            let mut mm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
+            for &n in &sizes {
+                let r = cluster_case(mode, nodes, n, packets, a.common.seed)?;
+                if r.drops != 0 {
+                    return Err(anyhow!(
+                        "{} n={nodes} {n}: {} frames dropped",
+                        mode.name(),
+                        r.drops
+                    ));
+                }
+                if mode == Mode::ScaleBricks && nodes == 1 {
+                    fib_bpe = Some(r.fib_bytes_per_entry);
+                }
+                let tag = |rec: Record| {
+                    rec.param("mode", mode.name())
+                        .param("nodes", nodes)
+                        .param("entries", n)
+                };
+                report.add(tag(Record::higher("cluster_forward", r.mpps, "Mpps")))?;
+                report.add(tag(Record::lower("cluster_hops", r.hops, "hops/pkt")))?;
+                report.add(
+                    tag(Record::lower("cluster_memory_per_node", r.mem_node, "MiB"))
+                        .param("fib_mib", (r.fib_mem_node * 100.0).round() / 100.0)
+                        .param("gpt_mib", (r.gpt_mem_node * 100.0).round() / 100.0),
+                )?;
+                pm.points.push((n as f64, r.mpps));
+                mm.points.push((n as f64, r.mem_node));
+            }
+            if nodes == *a.nodes.iter().max().unwrap_or(&1) || nodes == 4 {
+                mpps_series.push(pm);
+                mem_series.push(mm);
+            }
+        }
+    }
+    if let Some(dir) = &a.common.plots {
+        if !mpps_series.is_empty() {
+            plot::lines(
+                &dir.join("setsep-cluster-mpps.png"),
+                "Cluster forwarding, work per packet (all nodes on one core)",
+                "FIB entries",
+                "Mpps per core",
+                &mpps_series,
+                Axes {
+                    log_x: true,
+                    y_from_zero: true,
+                    ..Default::default()
+                },
+            )?;
+            plot::lines(
+                &dir.join("setsep-cluster-memory.png"),
+                "Memory per node",
+                "FIB entries",
+                "MiB per node",
+                &mem_series,
+                Axes {
+                    log_x: true,
+                    log_y: true,
+                    ..Default::default()
+                },
+            )?;
+        }
+    }
+    Ok(fib_bpe)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Live updates
+
+fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
+    let nodes = 4u8;
+    let n = if a.common.quick { 100_000 } else { 1 << 20 };
+    let per_node: u64 = if a.common.quick { 100_000 } else { 1_000_000 };
+    let es = cluster_entries(n, nodes, a.common.seed ^ 0x11);
+    let stamps = Arc::new(AtomicU64::new(0));
+    let ports: Vec<GenPort> = (0..nodes)
+        .map(|i| {
+            let keys: Vec<u64> = (0..65_536u64)
+                .map(|j| es[(fp_hash::splitmix64(j ^ ((i as u64) << 40)) % n as u64) as usize].0)
+                .collect();
+            GenPort::new(
+                Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
+                per_node,
+                stamps.clone(),
+                Sink::new(PORTS as usize, true),
+            )
+        })
+        .collect();
+    let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, n + n / 4);
+    cfg.max_frame = 128;
+    cfg.ring_slots = 4096;
+    cfg.build_threads = 2;
+    let (mut c, mut ctl) = fp_cluster::build(&cfg, &es, ports)?;
+    let mut history: HashMap<u64, Vec<(u64, u8, u16)>> =
+        es.iter().map(|&(k, o, p)| (k, vec![(0, o, p)])).collect();
+    let total = per_node * nodes as u64;
+    let st = stamps.clone();
+    let t = Instant::now();
+    let (done, ctl_secs) = c.run_threaded(|| -> Result<(u64, f64)> {
+        let t = Instant::now();
+        let mut i = 0u64;
+        while st.load(Ordering::Relaxed) < total * 95 / 100 {
+            let (k, _, _) = es[(fp_hash::splitmix64(i ^ 0x77) % n as u64) as usize];
+            let cur = *history[&k].last().unwrap_or(&(0, 0, 0));
+            let (o2, p2) = if i % 4 == 3 {
+                (cur.1, (cur.2 + 1) % PORTS)
+            } else {
+                ((cur.1 + 1) % nodes, cur.2)
+            };
+            ctl.set(k, o2, p2)?;
+            let s = st.fetch_add(0, Ordering::AcqRel);
+            history.get_mut(&k).expect("known key").push((s, o2, p2));
+            i += 1;
+        }
+        Ok((i, t.elapsed().as_secs_f64()))
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    let cn = c.counters();
+    // Check: every frame exactly once; frames that entered after their key's last update
+    // completed left at the new owner and port with one hop at most.
+    let mut seen = vec![false; total as usize];
+    let (mut wrong, mut after, mut twice) = (0u64, 0u64, 0u64);
+    let mut max_hops = 0u8;
+    for node in &c.nodes {
+        for d in node.port.sink.log.as_deref().unwrap_or(&[]) {
+            let s = d.stamp as usize;
+            if s >= seen.len() || seen[s] {
+                twice += 1;
+                continue;
+            }
+            seen[s] = true;
+            max_hops = max_hops.max(d.hops);
+            let h = &history[&d.key];
+            let last = h.iter().rposition(|u| u.0 <= d.stamp).unwrap_or(0);
+            if last + 1 == h.len() && h.len() > 1 {
+                after += 1;
+                let (_, o, p) = h[last];
+                if (node.id(), d.port) != (o, p) || d.hops != (d.src[5] != o) as u8 {
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    let lost = seen.iter().filter(|&&x| !x).count();
+    report.add(
+        Record::higher("live_updates", done as f64 / ctl_secs / 1e3, "Kupdates/s")
+            .param("nodes", nodes)
+            .param("entries", n)
+            .param("replicas", nodes)
+            .param("paper_per_core", 60.0),
+    )?;
+    report.add(
+        Record::higher("live_forward", total as f64 / secs / 1e6, "Mpps")
+            .param("nodes", nodes)
+            .param("threads", nodes)
+            .param(
+                "cores",
+                std::thread::available_parallelism().map_or(1, |x| x.get()),
+            ),
+    )?;
+    report.add(
+        Record::lower("live_wrong_owner_after_update", wrong as f64, "frames")
+            .param("checked", after)
+            .param("lost", lost)
+            .param("duplicated", twice)
+            .param("redirected", cn.redirected)
+            .param("max_hops", max_hops),
+    )?;
+    if wrong > 0 || lost > 0 || twice > 0 {
+        return Err(anyhow!(
+            "live updates: {wrong} frames at a wrong owner, {lost} lost, {twice} duplicated"
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capacity (§6.3)
+
+fn capacity(
+    a: &SetsepArgs,
+    report: &mut Report,
+    measured_bits: &HashMap<u8, f64>,
+    fib_bytes_per_entry: Option<f64>,
+) -> Result<()> {
+    let m_bits = 16.0 * MIB * 8.0; // 16 MiB per node, as in the paper's Fig 11
+                                   // Measured SetSep bits per key for each value width (build small tables for the widths Table 1
+                                   // did not measure).
+    let mut gpt_bits = measured_bits.clone();
+    for v in 1..=5u8 {
+        if let std::collections::hash_map::Entry::Vacant(e) = gpt_bits.entry(v) {
+            let (keys, vals) = keys_values(1 << 18, v, a.common.seed);
+            let (t, _) = fp_setsep::build(&Config::new(v).threads(2), &keys, &vals)?;
+            e.insert(t.stats().bits_per_key());
+        }
+    }
+    let fib_bits = fib_bytes_per_entry.unwrap_or(8.42) * 8.0;
+    report.note(&format!(
+        "capacity (§6.3): per-node memory 16 MiB; FIB entry 64 bits (paper) / {fib_bits:.1} bits measured (fp-cuckoo compact, 95% load)"
+    ));
+    let mut dup = Series::new("full duplication (64-bit entries)", vec![]);
+    let mut hash = Series::new("hash partitioning", vec![]);
+    let mut sb = Series::new("ScaleBricks, §6.3 formula", vec![]);
+    let mut sbm = Series::new("ScaleBricks, measured sizes", vec![]);
+    let mut best = (0.0f64, 0u32);
+    for n in 1..=32u32 {
+        let nf = n as f64;
+        let d = m_bits / 64.0;
+        let h = nf * m_bits / 64.0;
+        let s = m_bits * nf / (64.0 + (0.5 + 1.5 * nf.log2()) * nf);
+        let v = (32 - (n.max(2) - 1).leading_zeros()) as u8;
+        let g = gpt_bits.get(&v).copied().unwrap_or(0.5 + 1.5 * v as f64);
+        let sm = m_bits * nf / (fib_bits + g * nf);
+        if s / d > best.0 {
+            best = (s / d, n);
+        }
+        dup.points.push((nf, d / 1e6));
+        hash.points.push((nf, h / 1e6));
+        sb.points.push((nf, s / 1e6));
+        sbm.points.push((nf, sm / 1e6));
+        if [1, 2, 4, 8, 16, 32].contains(&n) {
+            for (scheme, x) in [
+                ("duplication", d),
+                ("hash-partition", h),
+                ("scalebricks-formula", s),
+                ("scalebricks-measured", sm),
+            ] {
+                report.add(
+                    Record::higher("capacity", x / 1e6, "Mentries")
+                        .param("scheme", scheme)
+                        .param("nodes", n)
+                        .param("node_mib", 16),
+                )?;
+            }
+        }
+    }
+    report.note(&format!(
+        "capacity: the formula's largest gain over duplication is {:.2}x at n = {} (the fragment says 5.7x)",
+        best.0, best.1
+    ));
+    if let Some(dir) = &a.common.plots {
+        plot::lines(
+            &dir.join("setsep-capacity.png"),
+            "Cluster FIB capacity, 16 MiB per node",
+            "nodes",
+            "million entries",
+            &[dup, hash, sb, sbm],
+            Axes {
+                y_from_zero: true,
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
 }
