@@ -48,7 +48,9 @@ pub(crate) fn build_blocks(
     keep_keys: bool,
 ) -> Result<Built, Error> {
     check_values(geo, keys, values)?;
-    let shared = Shared::new(geo.clone(), pages)?;
+    let mut shared = Shared::new(geo.clone(), pages)?;
+    // A table built for the updater is written later; a static one never is.
+    shared.is_static = !keep_keys;
     let threads = threads.clamp(1, geo.blocks);
     let per = geo.blocks.div_ceil(threads);
     let ranges: Vec<(usize, usize)> = (0..threads)

@@ -211,7 +211,8 @@ impl Geometry {
         let ly = if LY == 0 { self.ly } else { LY };
         let rec_bits = xbits + (1 << ly);
         let wpb = self.wpb;
-        let choice = read_bits_with(&word, wpb, 2 * kh.bin, 2) as usize;
+        // Bin choices are 2-bit fields at even offsets: never across a word.
+        let choice = ((word(kh.bin as usize / 32) >> (2 * (kh.bin % 32))) & 3) as usize;
         let group = self.cand[kh.bin as usize][choice] as u32;
         let xmask = (1u64 << xbits) - 1;
         let base = 2 * self.bins + group * vbits * rec_bits;

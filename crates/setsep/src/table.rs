@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub vmask: usize,
     /// Which specialised lookup copy to use.
     pub spec: Spec,
+    /// Built once and never written (no version checks on lookups).
+    pub is_static: bool,
     /// Keys in the set (maintained by the updater).
     pub len: AtomicUsize,
 }
@@ -51,6 +53,7 @@ impl Shared {
             versions: (0..stripes).map(|_| AtomicU32::new(0)).collect(),
             vmask: stripes - 1,
             spec: geo.spec(),
+            is_static: false,
             words,
             geo,
             len: AtomicUsize::new(0),
@@ -91,24 +94,30 @@ impl Shared {
         }
     }
 
-    /// Evaluate one key, consistent against a concurrent writer.
+    /// Evaluate one key, consistent against a concurrent writer. `S`: the table is static (built
+    /// by [`build`](crate::build), never written again), so the version check is skipped.
     #[inline(always)]
-    fn resolve<const V: u32, const X: u32, const LY: u32>(
+    fn resolve<const S: bool, const V: u32, const X: u32, const LY: u32>(
         &self,
         kh: &KeyHash,
         key: u64,
         fallback: Option<&FallbackReader>,
     ) -> u16 {
-        let ver = self.version(kh.blk);
         let wpb = self.geo.wpb;
         let block = &self.words[kh.blk * wpb..(kh.blk + 1) * wpb];
+        let word = |i: usize| block[i].load(Ordering::Relaxed);
+        if S {
+            return match self.geo.eval_spec::<V, X, LY>(kh, word) {
+                Some(v) => v,
+                None => fallback.and_then(|f| f.get(key)).unwrap_or(0),
+            };
+        }
+        let ver = self.version(kh.blk);
         loop {
             let v1 = ver.load(Ordering::Acquire);
             // Words read while the version is odd may be half-written; the result is then
             // discarded by the check below (they are atomics: no undefined behaviour).
-            let r = self
-                .geo
-                .eval_spec::<V, X, LY>(kh, |i| block[i].load(Ordering::Relaxed));
+            let r = self.geo.eval_spec::<V, X, LY>(kh, word);
             fence(Ordering::Acquire);
             let v2 = ver.load(Ordering::Relaxed);
             if v1 == v2 && v1 & 1 == 0 {
@@ -128,7 +137,7 @@ impl Shared {
 
     /// Look up a chunk of at most [`CHUNK`] keys: hash all and prefetch their blocks, then evaluate.
     #[inline(always)]
-    fn chunk<const V: u32, const X: u32, const LY: u32>(
+    fn chunk<const S: bool, const V: u32, const X: u32, const LY: u32>(
         &self,
         keys: &[u64],
         out: &mut [u16],
@@ -143,28 +152,28 @@ impl Shared {
         }
         for ((&h, &k), o) in hs.iter().zip(keys).zip(out.iter_mut()) {
             let kh = self.geo.place_h(h);
-            *o = self.resolve::<V, X, LY>(&kh, k, fallback);
+            *o = self.resolve::<S, V, X, LY>(&kh, k, fallback);
         }
     }
 
-    fn batch<const V: u32, const X: u32, const LY: u32>(
+    fn batch<const S: bool, const V: u32, const X: u32, const LY: u32>(
         &self,
         keys: &[u64],
         out: &mut [u16],
         fallback: Option<&FallbackReader>,
     ) {
         for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            self.chunk::<V, X, LY>(k, o, fallback);
+            self.chunk::<S, V, X, LY>(k, o, fallback);
         }
     }
 
-    fn one<const V: u32, const X: u32, const LY: u32>(
+    fn one<const S: bool, const V: u32, const X: u32, const LY: u32>(
         &self,
         key: u64,
         fallback: Option<&FallbackReader>,
     ) -> u16 {
         let kh = self.geo.hash(key);
-        self.resolve::<V, X, LY>(&kh, key, fallback)
+        self.resolve::<S, V, X, LY>(&kh, key, fallback)
     }
 
     /// A key of a group in the fallback table. `None`: the block changed meanwhile, retry.
@@ -185,6 +194,29 @@ impl Shared {
     }
 }
 
+/// Call `$s.$f::<static, V, X, LY>($args)` with the constants of the table's specialised copy.
+macro_rules! dispatch {
+    ($s:expr, $f:ident, ($($arg:expr),*)) => {{
+        let s = $s;
+        match (s.is_static, s.spec) {
+            (true, Spec::V1x16y8) => s.$f::<true, 1, 16, 3>($($arg),*),
+            (true, Spec::V2x16y8) => s.$f::<true, 2, 16, 3>($($arg),*),
+            (true, Spec::V3x16y8) => s.$f::<true, 3, 16, 3>($($arg),*),
+            (true, Spec::V4x16y8) => s.$f::<true, 4, 16, 3>($($arg),*),
+            (true, Spec::V1x8y16) => s.$f::<true, 1, 8, 4>($($arg),*),
+            (true, Spec::V1x16y16) => s.$f::<true, 1, 16, 4>($($arg),*),
+            (true, Spec::Generic) => s.$f::<true, 0, 0, 0>($($arg),*),
+            (false, Spec::V1x16y8) => s.$f::<false, 1, 16, 3>($($arg),*),
+            (false, Spec::V2x16y8) => s.$f::<false, 2, 16, 3>($($arg),*),
+            (false, Spec::V3x16y8) => s.$f::<false, 3, 16, 3>($($arg),*),
+            (false, Spec::V4x16y8) => s.$f::<false, 4, 16, 3>($($arg),*),
+            (false, Spec::V1x8y16) => s.$f::<false, 1, 8, 4>($($arg),*),
+            (false, Spec::V1x16y16) => s.$f::<false, 1, 16, 4>($($arg),*),
+            (false, Spec::Generic) => s.$f::<false, 0, 0, 0>($($arg),*),
+        }
+    }};
+}
+
 /// A reader handle on a SetSep table: cheap to clone, `Send + Sync`. Lookups never block the writer
 /// or each other.
 ///
@@ -202,15 +234,7 @@ impl SetSep {
     #[inline]
     pub fn get(&self, key: u64) -> u16 {
         let (s, f) = (&*self.shared, self.fallback.as_ref());
-        match s.spec {
-            Spec::V1x16y8 => s.one::<1, 16, 3>(key, f),
-            Spec::V2x16y8 => s.one::<2, 16, 3>(key, f),
-            Spec::V3x16y8 => s.one::<3, 16, 3>(key, f),
-            Spec::V4x16y8 => s.one::<4, 16, 3>(key, f),
-            Spec::V1x8y16 => s.one::<1, 8, 4>(key, f),
-            Spec::V1x16y16 => s.one::<1, 16, 4>(key, f),
-            Spec::Generic => s.one::<0, 0, 0>(key, f),
-        }
+        dispatch!(s, one, (key, f))
     }
 
     /// Look up `keys` (any number): hash the whole batch and prefetch every block, then evaluate.
@@ -218,15 +242,7 @@ impl SetSep {
     pub fn get_batch(&self, keys: &[u64], out: &mut [u16]) {
         assert_eq!(keys.len(), out.len(), "get_batch: keys and out differ");
         let (s, f) = (&*self.shared, self.fallback.as_ref());
-        match s.spec {
-            Spec::V1x16y8 => s.batch::<1, 16, 3>(keys, out, f),
-            Spec::V2x16y8 => s.batch::<2, 16, 3>(keys, out, f),
-            Spec::V3x16y8 => s.batch::<3, 16, 3>(keys, out, f),
-            Spec::V4x16y8 => s.batch::<4, 16, 3>(keys, out, f),
-            Spec::V1x8y16 => s.batch::<1, 8, 4>(keys, out, f),
-            Spec::V1x16y16 => s.batch::<1, 16, 4>(keys, out, f),
-            Spec::Generic => s.batch::<0, 0, 0>(keys, out, f),
-        }
+        dispatch!(s, batch, (keys, out, f))
     }
 
     /// Value bits per key.
