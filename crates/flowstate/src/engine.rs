@@ -210,34 +210,23 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
         // processed (prefetching a whole pass at once overflows the CPU's miss buffers).
         let (ns, nd, nf) = (swaps.len(), data.len(), fresh.len());
         let total = ns + nd + nf;
-        let prefetch = |t: &Table<K, F::Value>, k: usize| {
-            if k < ns {
-                t.prefetch_swap(&swaps[k]);
-            } else if k < ns + nd {
-                t.prefetch(&data[k - ns]);
-            } else if k < total {
-                t.prefetch(&fresh[k - ns - nd]);
-            }
-        };
         for k in 0..PREFETCH_AHEAD.min(total) {
-            prefetch(&self.table, k);
+            prefetch_item(&self.table, &swaps, &data, &fresh, k);
         }
 
         let (mut i, mut j, mut l) = (0usize, 0usize, 0usize);
         match self.cfg.schedule {
             Schedule::RecirculatedFirst => {
                 for k in 0..total {
-                    prefetch(&self.table, k + PREFETCH_AHEAD);
+                    prefetch_item(&self.table, &swaps, &data, &fresh, k + PREFETCH_AHEAD);
                     let t = self.clock(now);
                     if k < ns {
                         let mut s = swaps[k];
                         self.swap(&mut s, t);
                     } else if k < ns + nd {
-                        let p = data[k - ns];
-                        self.data_pass(p, t, out);
+                        self.data_pass(&mut data[k - ns], t, out);
                     } else {
-                        let p = fresh[k - ns - nd];
-                        self.data_pass(p, t, out);
+                        self.data_pass(&mut fresh[k - ns - nd], t, out);
                     }
                 }
             }
@@ -251,13 +240,11 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
                     i += 1;
                 } else if j < data.len() && td <= tf {
                     let t = self.clock(td);
-                    let p = data[j];
-                    self.data_pass(p, t, out);
+                    self.data_pass(&mut data[j], t, out);
                     j += 1;
                 } else if l < fresh.len() {
                     let t = self.clock(tf);
-                    let p = fresh[l];
-                    self.data_pass(p, t, out);
+                    self.data_pass(&mut fresh[l], t, out);
                     l += 1;
                 } else {
                     break;
@@ -307,7 +294,7 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
     #[inline(always)]
     fn data_pass<D: Departures<F::Meta, F::Out>>(
         &mut self,
-        mut p: DataPacket<K, F::Meta, F::Out>,
+        p: &mut DataPacket<K, F::Meta, F::Out>,
         now: u64,
         out: &mut D,
     ) {
@@ -318,14 +305,12 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
             log: self.cfg.log_evictions,
             at,
         };
-        let result = self
-            .table
-            .step_data_into(&mut p, &mut self.nf, now, &mut fx);
+        let result = self.table.step_data_into(p, &mut self.nf, now, &mut fx);
         let fate = match result {
             Verdict::Recirculate => {
                 if self.data.len() < self.cfg.recirc_capacity {
                     p.at = at;
-                    self.data.push(p);
+                    self.data.push(*p);
                     return;
                 }
                 let s = self.table.stats_mut();
@@ -342,6 +327,25 @@ impl<K: FlowKey + Default, F: FlowFn<K>> Engine<K, F> {
             passes: p.passes(),
             now,
         });
+    }
+}
+
+/// Prefetch the cache lines of item `k` of a pass (swaps, then recirculated, then new packets).
+#[inline(always)]
+fn prefetch_item<K: FlowKey + Default, V: Copy + Default, M, O>(
+    t: &Table<K, V>,
+    swaps: &[SwapPacket<K, V>],
+    data: &[DataPacket<K, M, O>],
+    fresh: &[DataPacket<K, M, O>],
+    k: usize,
+) {
+    let (ns, nd) = (swaps.len(), data.len());
+    if k < ns {
+        t.prefetch_swap(&swaps[k]);
+    } else if k < ns + nd {
+        t.prefetch(&data[k - ns]);
+    } else if let Some(p) = fresh.get(k - ns - nd) {
+        t.prefetch(p);
     }
 }
 
