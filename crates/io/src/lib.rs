@@ -48,6 +48,8 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod afpacket;
+pub mod afxdp;
 pub mod gen;
 pub mod mem;
 pub mod pcap;

@@ -1,0 +1,1 @@
+//! (being written: eBPF assembler, loader, XDP and tc programs)

@@ -1,0 +1,1 @@
+//! AF_PACKET port (being written).

@@ -1,0 +1,1 @@
+//! (being written: network namespace topologies for live tests)
