@@ -160,7 +160,10 @@ struct Point<'a> {
     keys: u64,
     alpha: f64,
     wl: &'a Workload,
-    /// Measurement segments, identical for every variant.
+    /// Segments for the lookup-cost passes and, drawn separately, for the throughput passes; the
+    /// same for every variant. Separate draws matter: PBLRU and DC-Bubble move entries on hits, so
+    /// replaying the lookup pass's keys in the throughput pass would favour them.
+    lookup_segments: &'a [Vec<u64>],
     segments: &'a [Vec<u64>],
     seed: u64,
     warm_cap: u32,
@@ -429,8 +432,9 @@ impl<D: Design, P: Policy> Warm for Warmed<D, P> {
                 None => &mut self.cache,
             };
             cache.set_isa(isa);
-            // Lookups only (no inserts): the warm state is unchanged for the throughput passes.
-            let lookup_ns = min(pt.segments.iter().map(|s| lookup_pass(cache, s)));
+            // Lookups only, no inserts (PBLRU and DC-Bubble still move entries on hits); the
+            // throughput passes use other keys (see `Point`).
+            let lookup_ns = min(pt.lookup_segments.iter().map(|s| lookup_pass(cache, s)));
             let mut hits = 0.0;
             let mut mops = 0.0f64;
             for seg in pt.segments {
@@ -726,14 +730,16 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
             let keys = ((alpha * entries as f64).round() as u64).max(2);
             let wl = Workload::new(keys, pop, seed);
             let mut trng = Pcg64Mcg::seed_from_u64(seed ^ 0x7ace ^ alpha.to_bits());
-            let segments: Vec<Vec<u64>> = (0..nseg)
+            let mut segments: Vec<Vec<u64>> = (0..2 * nseg)
                 .map(|_| (0..trace_len).map(|_| wl.next_hash(&mut trng)).collect())
                 .collect();
+            let lookup_segments = segments.split_off(nseg);
             let pt = Point {
                 entries,
                 keys,
                 alpha,
                 wl: &wl,
+                lookup_segments: &lookup_segments,
                 segments: &segments,
                 seed,
                 warm_cap: warm_cap(mib),
