@@ -5,6 +5,9 @@ use crate::balance::balance;
 use crate::geometry::{write_bits, Geometry, KeyHash, MAX_GROUP};
 use crate::search::{search, Probe};
 
+/// Bins a repair may move out of a failed group (each costs a full search of the receiving group).
+const REPAIR_MOVES: usize = 12;
+
 /// Counters of a construction or an update.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SolveStats {
@@ -162,8 +165,7 @@ impl Solver {
             .map(|bin| (self.counts[bin as usize], bin))
             .collect();
         bins.sort_unstable();
-        // At most a few moves: each costs a full search.
-        for &(_, bin) in bins.iter().take(4) {
+        for &(_, bin) in bins.iter().take(REPAIR_MOVES) {
             for j in 0..4u8 {
                 let g2 = geo.cand[bin as usize][j as usize] as u32;
                 if g2 == g || failed.contains(&(g2 as u8)) {
