@@ -1,0 +1,76 @@
+//! Helper function numbers (`enum bpf_func_id` in `include/uapi/linux/bpf.h`) and kernel constants
+//! the programs use. The numbers are kernel ABI: they never change.
+
+/// `void *bpf_map_lookup_elem(map, key)`
+pub const MAP_LOOKUP_ELEM: i32 = 1;
+/// `long bpf_map_update_elem(map, key, value, flags)`
+pub const MAP_UPDATE_ELEM: i32 = 2;
+/// `long bpf_map_delete_elem(map, key)`
+pub const MAP_DELETE_ELEM: i32 = 3;
+/// `long bpf_skb_store_bytes(skb, offset, from, len, flags)`
+pub const SKB_STORE_BYTES: i32 = 9;
+/// `long bpf_skb_load_bytes(skb, offset, to, len)`
+pub const SKB_LOAD_BYTES: i32 = 26;
+/// `long bpf_skb_change_proto(skb, proto, flags)`
+pub const SKB_CHANGE_PROTO: i32 = 31;
+/// `long bpf_skb_pull_data(skb, len)`
+pub const SKB_PULL_DATA: i32 = 39;
+/// `long bpf_xdp_adjust_head(xdp_md, delta)`
+pub const XDP_ADJUST_HEAD: i32 = 44;
+/// `long bpf_skb_adjust_room(skb, len_diff, mode, flags)`
+pub const SKB_ADJUST_ROOM: i32 = 50;
+/// `long bpf_redirect_map(map, key, flags)`
+pub const REDIRECT_MAP: i32 = 51;
+
+/// The helper's name, for disassembly.
+pub fn name(id: i32) -> String {
+    match id {
+        MAP_LOOKUP_ELEM => "bpf_map_lookup_elem".into(),
+        MAP_UPDATE_ELEM => "bpf_map_update_elem".into(),
+        MAP_DELETE_ELEM => "bpf_map_delete_elem".into(),
+        SKB_STORE_BYTES => "bpf_skb_store_bytes".into(),
+        SKB_LOAD_BYTES => "bpf_skb_load_bytes".into(),
+        SKB_CHANGE_PROTO => "bpf_skb_change_proto".into(),
+        SKB_PULL_DATA => "bpf_skb_pull_data".into(),
+        XDP_ADJUST_HEAD => "bpf_xdp_adjust_head".into(),
+        SKB_ADJUST_ROOM => "bpf_skb_adjust_room".into(),
+        REDIRECT_MAP => "bpf_redirect_map".into(),
+        n => format!("helper#{n}"),
+    }
+}
+
+/// XDP return codes.
+pub mod xdp {
+    /// Drop the frame.
+    pub const ABORTED: i32 = 0;
+    /// Drop the frame.
+    pub const DROP: i32 = 1;
+    /// Hand the frame to the kernel stack.
+    pub const PASS: i32 = 2;
+    /// Send the frame back out of the interface it came in on.
+    pub const TX: i32 = 3;
+    /// Redirect (to an AF_XDP socket, another device, a CPU).
+    pub const REDIRECT: i32 = 4;
+}
+
+/// tc (cls_bpf direct-action) return codes.
+pub mod tc {
+    /// Continue processing (deliver the packet).
+    pub const OK: i32 = 0;
+    /// Drop the packet.
+    pub const SHOT: i32 = 2;
+}
+
+/// `bpf_skb_adjust_room` modes and flags.
+pub mod adjust_room {
+    /// Adjust room at the network layer (after the IP header).
+    pub const MODE_NET: i32 = 0;
+    /// Adjust room at the MAC layer (right after the Ethernet header).
+    pub const MODE_MAC: i32 = 1;
+    /// Do not change the GSO size of GSO packets.
+    pub const F_FIXED_GSO: i32 = 1 << 0;
+    /// After shrinking, the outermost L3 header is IPv4: set `skb->protocol` (Linux ≥ 6.3).
+    pub const F_DECAP_L3_IPV4: i32 = 1 << 7;
+    /// After shrinking, the outermost L3 header is IPv6: set `skb->protocol` (Linux ≥ 6.3).
+    pub const F_DECAP_L3_IPV6: i32 = 1 << 8;
+}

@@ -1,0 +1,389 @@
+//! The XDP program in front of AF_XDP sockets: frames addressed to a VIP go to the socket of the
+//! queue they arrived on; everything else (ARP, neighbour discovery, the host's own traffic,
+//! health-check replies to the balancer's address) goes to the kernel.
+//!
+//! ```text
+//!  parse Ethernet, up to two 802.1Q / 802.1ad tags       truncated → PASS (count "malformed")
+//!  ethertype IPv4 → key = ::ffff:dst  (20-byte header)    other ethertype → PASS ("not IP")
+//!  ethertype IPv6 → key = dst         (40-byte header)
+//!  lookup key in the VIP hash map                         absent → PASS ("not VIP")
+//!  bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)       → REDIRECT ("to socket"), or PASS when
+//!                                                           the queue has no socket ("no socket")
+//! ```
+//!
+//! Every path ends in one counting block: a per-CPU array of u64 counters indexed by the outcome
+//! ([`XskStats`]), so the counters cost no atomic operation. Keys are 16 bytes: IPv6 addresses
+//! as they are, IPv4 addresses mapped (`::ffff:a.b.c.d`), so one map holds both families.
+//!
+//! Every packet access is preceded by a bounds check against `data_end`, the form the verifier
+//! needs (`r4 = r2 + N; if r4 > data_end goto ...`).
+//!
+//! [`XskRedirect`] owns the maps, the program and the attachment: several AF_XDP sockets of one
+//! interface (one per queue) share one `XskRedirect`.
+
+use crate::asm::{Asm, AsmError, Cond, Insn, Size, R0, R1, R10, R2, R3, R4, R5, R6, R8, R9};
+use crate::map::{Map, MapType, Update};
+use crate::prog::{ProgType, Program, XdpLink, XdpMode};
+use crate::{helper, Error, Result};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Mutex;
+
+/// Outcome counters of the program, indices into its per-CPU stats map.
+pub mod counter {
+    /// Passed: not IPv4 or IPv6 (ARP, LLDP...).
+    pub const NOT_IP: u32 = 0;
+    /// Passed: IP, but the destination is not a VIP.
+    pub const NOT_VIP: u32 = 1;
+    /// Redirected to the AF_XDP socket of the arrival queue.
+    pub const TO_SOCKET: u32 = 2;
+    /// Passed: a VIP, but no socket is bound to the arrival queue.
+    pub const NO_SOCKET: u32 = 3;
+    /// Passed: headers truncated.
+    pub const MALFORMED: u32 = 4;
+    /// Number of counters.
+    pub const COUNT: u32 = 5;
+}
+
+/// The program's counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// See [`counter::NOT_IP`].
+    pub not_ip: u64,
+    /// See [`counter::NOT_VIP`].
+    pub not_vip: u64,
+    /// See [`counter::TO_SOCKET`].
+    pub to_socket: u64,
+    /// See [`counter::NO_SOCKET`].
+    pub no_socket: u64,
+    /// See [`counter::MALFORMED`].
+    pub malformed: u64,
+}
+
+/// The 16-byte VIP map key of an address (IPv4 as `::ffff:a.b.c.d`).
+pub fn vip_key(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The address of a VIP map key.
+pub fn key_vip(key: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(key);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Ethertypes as a little-endian 16-bit load of the wire bytes sees them.
+const ETH_IPV4_LE: i32 = 0x0008;
+const ETH_IPV6_LE: i32 = 0xDD86;
+const ETH_VLAN_LE: i32 = 0x0081;
+const ETH_QINQ_LE: i32 = 0xA888;
+
+/// Assemble the program for the given map descriptors: `vips` (hash, 16-byte key), `xsks`
+/// (XSKMAP), `stats` (per-CPU array of [`counter::COUNT`] u64).
+///
+/// Registers: r6 = ctx, r2 = cursor (packet pointer), r3 = data_end, r5 = ethertype,
+/// r8 = verdict, r9 = counter index.
+pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmError> {
+    let mut a = Asm::new();
+    let (malformed, l3, ip4, ip6, lookup, out, ret) = (
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+        a.label(),
+    );
+    a.mov64(R6, R1);
+    a.mov64(R8, helper::xdp::PASS);
+    a.mov64(R9, counter::NOT_IP as i32);
+    a.load(Size::W, R2, R6, 0); // data
+    a.load(Size::W, R3, R6, 4); // data_end
+    a.mov64(R4, R2);
+    a.add64(R4, 14);
+    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.load(Size::H, R5, R2, 12);
+    a.add64(R2, 14);
+    // Up to two VLAN tags (802.1ad outer, 802.1Q inner), unrolled.
+    for _ in 0..2 {
+        let tagged = a.label();
+        a.jmp(Cond::Eq, R5, ETH_VLAN_LE, tagged);
+        a.jmp(Cond::Eq, R5, ETH_QINQ_LE, tagged);
+        a.ja(l3);
+        a.bind(tagged);
+        a.mov64(R4, R2);
+        a.add64(R4, 4);
+        a.jmp(Cond::Gt, R4, R3, malformed);
+        a.load(Size::H, R5, R2, 2);
+        a.add64(R2, 4);
+    }
+    a.bind(l3);
+    a.jmp(Cond::Eq, R5, ETH_IPV4_LE, ip4);
+    a.jmp(Cond::Eq, R5, ETH_IPV6_LE, ip6);
+    a.ja(out);
+
+    a.bind(ip4);
+    a.mov64(R4, R2);
+    a.add64(R4, 20);
+    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.store_imm(Size::DW, R10, -16, 0);
+    a.store_imm(Size::W, R10, -8, 0xFFFF_0000u32 as i32); // bytes 00 00 ff ff
+    a.load(Size::W, R5, R2, 16);
+    a.store(Size::W, R10, -4, R5);
+    a.ja(lookup);
+
+    a.bind(ip6);
+    a.mov64(R4, R2);
+    a.add64(R4, 40);
+    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.load(Size::DW, R5, R2, 24);
+    a.store(Size::DW, R10, -16, R5);
+    a.load(Size::DW, R5, R2, 32);
+    a.store(Size::DW, R10, -8, R5);
+
+    a.bind(lookup);
+    a.mov64(R9, counter::NOT_VIP as i32);
+    a.ld_map_fd(R1, vips);
+    a.mov64(R2, R10);
+    a.add64(R2, -16);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp(Cond::Eq, R0, 0, out);
+    a.ld_map_fd(R1, xsks);
+    a.load(Size::W, R2, R6, 16); // rx_queue_index
+    a.mov64(R3, helper::xdp::PASS); // fallback when the queue has no socket
+    a.call(helper::REDIRECT_MAP);
+    a.mov64(R8, R0);
+    a.mov64(R9, counter::TO_SOCKET as i32);
+    a.jmp(Cond::Eq, R0, helper::xdp::REDIRECT, out);
+    a.mov64(R9, counter::NO_SOCKET as i32);
+    a.ja(out);
+
+    a.bind(malformed);
+    a.mov64(R9, counter::MALFORMED as i32);
+
+    a.bind(out);
+    a.store(Size::W, R10, -20, R9);
+    a.ld_map_fd(R1, stats);
+    a.mov64(R2, R10);
+    a.add64(R2, -20);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp(Cond::Eq, R0, 0, ret);
+    a.load(Size::DW, R1, R0, 0);
+    a.add64(R1, 1);
+    a.store(Size::DW, R0, 0, R1);
+    a.bind(ret);
+    a.mov64(R0, R8);
+    a.exit();
+    a.finish()
+}
+
+/// How to attach: a fixed mode, or native with a fallback to generic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ModeChoice {
+    /// Native if the driver supports it, else generic.
+    #[default]
+    Auto,
+    /// Native only.
+    Native,
+    /// Generic only.
+    Generic,
+}
+
+/// The redirect program with its maps, optionally attached to an interface.
+pub struct XskRedirect {
+    prog: Program,
+    vips: Map,
+    xsks: Map,
+    stats: Map,
+    link: Option<XdpLink>,
+    update: Mutex<()>,
+}
+
+impl std::fmt::Debug for XskRedirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskRedirect")
+            .field("prog", &self.prog.name())
+            .field("link", &self.link)
+            .finish()
+    }
+}
+
+/// Name of the program as the kernel shows it (`bpftool prog`, `ip link`).
+pub const PROG_NAME: &str = "fp_xsk_redirect";
+
+impl XskRedirect {
+    /// Create the maps (room for `max_vips` VIPs and queues `0..max_queues`) and load the program,
+    /// not attached yet.
+    pub fn load(max_vips: u32, max_queues: u32) -> Result<XskRedirect> {
+        let vips = Map::create(MapType::Hash, 16, 4, max_vips.max(1), "fp_vips")?;
+        let xsks = Map::create(MapType::XskMap, 4, 4, max_queues.max(1), "fp_xsks")?;
+        let stats = Map::create(MapType::PerCpuArray, 4, 8, counter::COUNT, "fp_xsk_stats")?;
+        let insns =
+            program(vips.raw_fd(), xsks.raw_fd(), stats.raw_fd()).map_err(|e| Error::Asm {
+                name: PROG_NAME.into(),
+                source: e,
+            })?;
+        let prog = Program::load(ProgType::Xdp, PROG_NAME, &insns)?;
+        Ok(XskRedirect {
+            prog,
+            vips,
+            xsks,
+            stats,
+            link: None,
+            update: Mutex::new(()),
+        })
+    }
+
+    /// Attach to `ifindex` (in the calling thread's network namespace). Returns the mode used.
+    /// Attaching again first detaches.
+    pub fn attach(&mut self, ifindex: u32, mode: ModeChoice) -> Result<XdpMode> {
+        self.link = None;
+        let link = match mode {
+            ModeChoice::Native => XdpLink::attach(&self.prog, ifindex, XdpMode::Native)?,
+            ModeChoice::Generic => XdpLink::attach(&self.prog, ifindex, XdpMode::Generic)?,
+            ModeChoice::Auto => match XdpLink::attach(&self.prog, ifindex, XdpMode::Native) {
+                Ok(l) => l,
+                Err(e) if e.errno() == Some(libc::EBUSY) || e.errno() == Some(libc::EEXIST) => {
+                    return Err(e)
+                }
+                Err(_) => XdpLink::attach(&self.prog, ifindex, XdpMode::Generic)?,
+            },
+        };
+        let m = link.mode();
+        self.link = Some(link);
+        Ok(m)
+    }
+
+    /// Detach (also done on drop).
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// The attachment, if attached.
+    pub fn link(&self) -> Option<&XdpLink> {
+        self.link.as_ref()
+    }
+
+    /// The loaded program.
+    pub fn program(&self) -> &Program {
+        &self.prog
+    }
+
+    /// Direct frames of queue `queue` to the AF_XDP socket `fd`.
+    pub fn set_socket(&self, queue: u32, fd: i32) -> Result<()> {
+        self.xsks
+            .update(&queue.to_ne_bytes(), &fd.to_ne_bytes(), Update::Any)
+            .map_err(|e| e.context(format!("inserting the AF_XDP socket of queue {queue}")))
+    }
+
+    /// Stop directing frames of `queue` to a socket (they go to the kernel).
+    pub fn clear_socket(&self, queue: u32) -> Result<()> {
+        self.xsks.delete(&queue.to_ne_bytes()).map(drop)
+    }
+
+    /// Add a VIP. Returns false if it was already there.
+    pub fn add_vip(&self, ip: IpAddr) -> Result<bool> {
+        let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let k = vip_key(ip);
+        if self.vips.lookup(&k)?.is_some() {
+            return Ok(false);
+        }
+        self.vips
+            .update(&k, &1u32.to_ne_bytes(), Update::Any)
+            .map_err(|e| e.context(format!("adding VIP {ip}")))?;
+        Ok(true)
+    }
+
+    /// Remove a VIP. Returns false if it was not there.
+    pub fn remove_vip(&self, ip: IpAddr) -> Result<bool> {
+        let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        self.vips.delete(&vip_key(ip))
+    }
+
+    /// Make the VIP set exactly `vips`: adds the new ones first, then removes the old ones, so a
+    /// VIP present before and after is never missing in between. Returns (added, removed).
+    pub fn set_vips(&self, vips: &[IpAddr]) -> Result<(usize, usize)> {
+        let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let want: std::collections::HashSet<[u8; 16]> = vips.iter().map(|&v| vip_key(v)).collect();
+        let have: std::collections::HashSet<[u8; 16]> = self
+            .vips
+            .keys()?
+            .into_iter()
+            .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
+            .collect();
+        let mut added = 0;
+        for k in want.difference(&have) {
+            self.vips
+                .update(k, &1u32.to_ne_bytes(), Update::Any)
+                .map_err(|e| {
+                    e.context(format!(
+                        "adding VIP {} (the map holds {} VIPs at most)",
+                        key_vip(*k),
+                        self.vips.max_entries()
+                    ))
+                })?;
+            added += 1;
+        }
+        let mut removed = 0;
+        for k in have.difference(&want) {
+            if self.vips.delete(k)? {
+                removed += 1;
+            }
+        }
+        Ok((added, removed))
+    }
+
+    /// The current VIPs.
+    pub fn vips(&self) -> Result<Vec<IpAddr>> {
+        let mut v: Vec<IpAddr> = self
+            .vips
+            .keys()?
+            .into_iter()
+            .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
+            .map(key_vip)
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    /// The program's counters, summed over CPUs.
+    pub fn stats(&self) -> Result<XskStats> {
+        let c = |i| self.stats.percpu_u64_sum(i);
+        Ok(XskStats {
+            not_ip: c(counter::NOT_IP)?,
+            not_vip: c(counter::NOT_VIP)?,
+            to_socket: c(counter::TO_SOCKET)?,
+            no_socket: c(counter::NO_SOCKET)?,
+            malformed: c(counter::MALFORMED)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_both_families() {
+        let v4: IpAddr = "203.0.113.10".parse().unwrap();
+        let k = vip_key(v4);
+        assert_eq!(&k[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&k[12..], &[203, 0, 113, 10]);
+        assert_eq!(key_vip(k), v4);
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        assert_eq!(key_vip(vip_key(v6)), v6);
+    }
+
+    #[test]
+    fn program_assembles() {
+        let p = program(3, 4, 5).unwrap();
+        assert!(p.len() < 100, "{} slots", p.len());
+        let d = crate::asm::disassemble(&p);
+        assert!(d.contains("call bpf_redirect_map"));
+        assert_eq!(d.matches("map_fd(").count(), 3);
+    }
+}
