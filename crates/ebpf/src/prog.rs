@@ -197,7 +197,9 @@ impl std::fmt::Display for XdpMode {
 }
 
 /// An XDP program attached to an interface through a BPF link: detached when dropped (or when
-/// the process exits).
+/// the process exits). Dropping detaches explicitly (`BPF_LINK_DETACH`) rather than relying on the
+/// last close of the link: a child process forked by another thread holds a copy of the
+/// descriptor until it calls exec, which would otherwise delay the detachment.
 #[derive(Debug)]
 pub struct XdpLink {
     fd: OwnedFd,
@@ -247,5 +249,12 @@ impl XdpLink {
     /// The link's descriptor.
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for XdpLink {
+    fn drop(&mut self) {
+        // Fails only if the interface is already gone (the kernel then detached it itself).
+        let _ = sys::link_detach(self.fd.as_fd());
     }
 }

@@ -25,6 +25,7 @@ const BPF_PROG_GET_FD_BY_ID: u32 = 13;
 const BPF_MAP_GET_FD_BY_ID: u32 = 14;
 const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
 const BPF_LINK_CREATE: u32 = 28;
+const BPF_LINK_DETACH: u32 = 34;
 
 /// Longest object name the kernel stores (`BPF_OBJ_NAME_LEN` with the NUL).
 pub const OBJ_NAME_LEN: usize = 16;
@@ -371,6 +372,21 @@ pub fn link_create(
     };
     // SAFETY: the layout is the LINK_CREATE prefix of bpf_attr; it holds no pointers.
     unsafe { bpf(BPF_LINK_CREATE, &mut a) }.map(fd_from)
+}
+
+#[repr(C)]
+struct LinkDetachAttr {
+    link_fd: u32,
+}
+
+/// `BPF_LINK_DETACH`: detach the link's program now, even if other descriptors of the link are
+/// still open (e.g. inherited by a child process between fork and exec).
+pub fn link_detach(link_fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut a = LinkDetachAttr {
+        link_fd: link_fd.as_raw_fd() as u32,
+    };
+    // SAFETY: the layout is the LINK_DETACH prefix of bpf_attr; it holds no pointers.
+    unsafe { bpf(BPF_LINK_DETACH, &mut a) }.map(drop)
 }
 
 #[repr(C)]
