@@ -10,6 +10,18 @@ have() { command -v "$1" >/dev/null 2>&1; }
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # An independent decoder for the golden pcap tests.
 have tshark || need+=(tshark)
+# Live tests in network namespaces (fp-testnet, the AF_PACKET/AF_XDP port tests, end-to-end tests):
+# iproute2 builds the networks, ethtool sets offloads, servers and clients run inside them, tcpdump
+# captures and scapy crafts packets (Debian's /usr/bin/python3, not a pyenv one).
+have ip || need+=(iproute2)
+have ping || need+=(iputils-ping)
+have ethtool || need+=(ethtool)
+have nginx || need+=(nginx-light)
+have wrk || need+=(wrk)
+have iperf3 || need+=(iperf3)
+have curl || need+=(curl)
+have tcpdump || need+=(tcpdump)
+/usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need+=(python3-scapy)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
