@@ -79,10 +79,20 @@ impl Ring {
         }
         let base = (t & (self.slots - 1)) * self.slot_words;
         self.data[base].store(frame.len() as u64, Ordering::Relaxed);
-        for (i, c) in frame.chunks(8).enumerate() {
+        // Whole words with fixed-size copies (a variable-length copy per word became a memmove
+        // call per 8 bytes), then the zero-padded tail.
+        let mut words = frame.chunks_exact(8);
+        let mut i = base + 1;
+        for c in &mut words {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            self.data[i].store(w, Ordering::Relaxed);
+            i += 1;
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.data[base + 1 + i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+            w[..rest.len()].copy_from_slice(rest);
+            self.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
         }
         self.tail.0.store(t.wrapping_add(1), Ordering::Release);
         Ok(())
@@ -97,11 +107,17 @@ impl Ring {
         }
         let base = (h & (self.slots - 1)) * self.slot_words;
         let len = (self.data[base].load(Ordering::Relaxed) as usize).min(out.len());
-        for (i, c) in out[..len].chunks_mut(8).enumerate() {
-            let w = self.data[base + 1 + i]
-                .load(Ordering::Relaxed)
-                .to_le_bytes();
-            c.copy_from_slice(&w[..c.len()]);
+        let mut words = out[..len].chunks_exact_mut(8);
+        let mut i = base + 1;
+        for c in &mut words {
+            c.copy_from_slice(&self.data[i].load(Ordering::Relaxed).to_le_bytes());
+            i += 1;
+        }
+        let rest = words.into_remainder();
+        if !rest.is_empty() {
+            let w = self.data[i].load(Ordering::Relaxed).to_le_bytes();
+            let n = rest.len();
+            rest.copy_from_slice(&w[..n]);
         }
         self.head.0.store(h.wrapping_add(1), Ordering::Release);
         Some(len)
