@@ -10,10 +10,12 @@
 //! time on one thread, on pre-generated segments of lookups identical for every variant:
 //!
 //! * `lookup`: cost per lookup of batched lookups (32 per batch, buckets prefetched) on the warm
-//!   cache, no inserts, in cycles of the nominal clock (and ns): the lowest of the segments;
-//! * `throughput`: the segments again with an emulated miss penalty (default 1000 cycles, a busy
-//!   wait on the clock) and an insert after every miss, million lookups per second: the highest of
-//!   the segments (other jobs on a shared machine only ever add time);
+//!   cache, no inserts, in cycles of the nominal clock (and ns): the lowest of the segments (other
+//!   jobs on a shared machine only ever add time);
+//! * `throughput`: other segments with an emulated miss penalty (default 1000 cycles: a busy loop
+//!   calibrated to that time) and an insert after every miss, in million lookups per second of the
+//!   thread's CPU time (`/proc/thread-self/schedstat`), so time spent preempted by other jobs on a
+//!   shared machine is not counted (wall-clock throughput is reported too, as a parameter);
 //! * `hit_rate`: the hit rate of the throughput passes over all segments, next to the analytical
 //!   expectation for uniform popularity (appendix A for set-associative, appendix B for BLP, a
 //!   lower bound for cuckoo-lite), which is a lower bound for Zipf (appendix C).
@@ -47,7 +49,7 @@ use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use std::hint::black_box;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct FlowcacheArgs {
@@ -167,7 +169,7 @@ struct Point<'a> {
     segments: &'a [Vec<u64>],
     seed: u64,
     warm_cap: u32,
-    penalty: Duration,
+    penalty: Penalty,
     pblru_one_in: u32,
     pages: PagePolicy,
 }
@@ -185,7 +187,10 @@ struct Outcome {
     warm_curve: Vec<(f64, f64)>,
     hit: f64,
     lookup_ns: f64,
+    /// Lookups per second of thread CPU time.
     mops: f64,
+    /// Lookups per second of wall-clock time (includes time preempted by other jobs).
+    wall_mops: f64,
     analysis: Analysis,
 }
 
@@ -211,12 +216,67 @@ fn label<D: Design, P: Policy>(isa: Isa) -> String {
     s
 }
 
-/// Busy-wait for `d` (the emulated slow path). No `pause`: its latency (over 100 cycles on recent
-/// Intel cores) would coarsen the wait.
+/// The emulated slow path: a fixed amount of CPU work (a dependent multiply chain), calibrated to
+/// last the miss penalty on an idle core. Work, not a wait on the clock, so that time the thread
+/// spends preempted by other jobs is neither counted (throughput is measured in thread CPU time)
+/// nor able to shorten the penalty.
+#[derive(Clone, Copy, Debug)]
+struct Penalty {
+    iters: u64,
+    /// Measured duration of one penalty (ns).
+    ns: f64,
+}
+
 #[inline(never)]
-fn spin(d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {}
+fn burn(iters: u64) -> u64 {
+    let mut x = black_box(iters);
+    for _ in 0..iters {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    }
+    black_box(x)
+}
+
+impl Penalty {
+    /// Iterations of [`burn`] that take `target_ns` (best of many trials, so preemption does not
+    /// inflate the calibration).
+    fn calibrate(target_ns: f64) -> Penalty {
+        let per_iter = |n: u64| {
+            (0..40)
+                .map(|_| {
+                    let t = Instant::now();
+                    burn(n);
+                    t.elapsed().as_nanos() as f64 / n as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let measure = |iters: u64| {
+            (0..200)
+                .map(|_| {
+                    let t = Instant::now();
+                    for _ in 0..100 {
+                        burn(iters);
+                    }
+                    t.elapsed().as_nanos() as f64 / 100.0
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        // A first estimate from long runs, then one correction for the per-call overhead.
+        let mut iters = ((target_ns / per_iter(100_000)).round() as u64).max(1);
+        iters = ((iters as f64 * target_ns / measure(iters)).round() as u64).max(1);
+        let ns = measure(iters);
+        Penalty { iters, ns }
+    }
+}
+
+/// This thread's CPU time in ns (the scheduler's run-time account in
+/// `/proc/thread-self/schedstat`, updated at least every scheduler tick), if the system has it.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Batched lookups over the trace on the warm cache, no inserts: ns per lookup.
@@ -238,21 +298,18 @@ fn lookup_pass<D: Design, P: Policy>(cache: &mut FlowCache<D, P>, trace: &[u64])
 fn throughput_pass<D: Design, P: Policy>(
     cache: &mut FlowCache<D, P>,
     trace: &[u64],
-    penalty: Duration,
-) -> (f64, f64) {
+    penalty: Penalty,
+) -> u64 {
     let mut out = [None; BATCH];
     let mut hits = 0u64;
-    let t = Instant::now();
     for chunk in trace.chunks(BATCH) {
         let o = &mut out[..chunk.len()];
         cache.lookup_batch(chunk, |i, v| v == Workload::tag(chunk[i]), o);
-        hits += sim::settle_misses(cache, chunk, o, |_| spin(penalty));
+        hits += sim::settle_misses(cache, chunk, o, |_| {
+            burn(penalty.iters);
+        });
     }
-    let secs = t.elapsed().as_secs_f64();
-    (
-        hits as f64 / trace.len() as f64,
-        trace.len() as f64 / secs / 1e6,
-    )
+    hits
 }
 
 /// One lookup at a time, each hash depending on the previous result (through a mask that is zero at
@@ -435,14 +492,17 @@ impl<D: Design, P: Policy> Warm for Warmed<D, P> {
             // Lookups only, no inserts (PBLRU and DC-Bubble still move entries on hits); the
             // throughput passes use other keys (see `Point`).
             let lookup_ns = min(pt.lookup_segments.iter().map(|s| lookup_pass(cache, s)));
-            let mut hits = 0.0;
-            let mut mops = 0.0f64;
-            for seg in pt.segments {
-                let (h, m) = throughput_pass(cache, seg, pt.penalty);
-                hits += h * seg.len() as f64;
-                mops = mops.max(m);
-            }
             let total: usize = pt.segments.iter().map(Vec::len).sum();
+            let (cpu0, wall0) = (thread_cpu_ns(), Instant::now());
+            let mut hits = 0u64;
+            for seg in pt.segments {
+                hits += throughput_pass(cache, seg, pt.penalty);
+            }
+            let wall = wall0.elapsed().as_secs_f64();
+            let cpu = match (cpu0, thread_cpu_ns()) {
+                (Some(a), Some(b)) if b > a => (b - a) as f64 * 1e-9,
+                _ => wall,
+            };
             outs.push(Outcome {
                 label: label::<D, P>(isa),
                 design: D::ID,
@@ -451,9 +511,10 @@ impl<D: Design, P: Policy> Warm for Warmed<D, P> {
                 warm_ws: self.rep.lookups as f64 / pt.keys as f64,
                 converged: self.rep.converged,
                 warm_curve: warm_curve.clone(),
-                hit: hits / total as f64,
+                hit: hits as f64 / total as f64,
                 lookup_ns,
-                mops,
+                mops: total as f64 / cpu / 1e6,
+                wall_mops: total as f64 / wall / 1e6,
                 analysis: analysis::hit_rate::<D>(pt.alpha),
             });
         }
@@ -642,16 +703,22 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
         bail!("--segments: need at least one");
     }
     let ghz = nominal_ghz(a.ghz)?;
-    let penalty = Duration::from_secs_f64(a.miss_penalty as f64 / (ghz * 1e9));
+    let penalty = Penalty::calibrate(a.miss_penalty as f64 / ghz);
     let seed = a.common.seed;
 
     let mut rep = Report::new("flowcache", &a.common)?;
     rep.note(&format!(
-        "matching: {} (available: {}); nominal clock {ghz:.3} GHz (cycles = ns x {ghz:.3}); miss penalty {} cycles = {:.0} ns; PBLRU one hit in {}; {nseg} measurement segments of {trace_len} lookups; warm-ups on {} threads",
+        "matching: {} (available: {}); nominal clock {ghz:.3} GHz (cycles = ns x {ghz:.3}); miss penalty {} cycles: a busy loop of {} iterations measured at {:.0} ns; throughput in lookups per second of thread CPU time ({}); PBLRU one hit in {}; {nseg} + {nseg} measurement segments of {trace_len} lookups; warm-ups on {} threads",
         Isa::best(),
         Isa::available().iter().map(|i| i.name()).collect::<Vec<_>>().join(","),
         a.miss_penalty,
-        penalty.as_secs_f64() * 1e9,
+        penalty.iters,
+        penalty.ns,
+        if thread_cpu_ns().is_some() {
+            "/proc/thread-self/schedstat"
+        } else {
+            "not available here: wall-clock time instead"
+        },
         a.pblru_one_in,
         a.warm_threads.max(1),
     ));
@@ -844,7 +911,9 @@ fn emit(
             .param("ns", (o.lookup_ns * 100.0).round() / 100.0)
             .param("batch", BATCH);
         let mut thr = params(Record::higher("throughput", o.mops, "Mops"))
-            .param("miss_penalty_cycles", penalty_cycles);
+            .param("miss_penalty_cycles", penalty_cycles)
+            .param("clock", "thread_cpu")
+            .param("wall_mops", (o.wall_mops * 1000.0).round() / 1000.0);
         if let Some(p) = peer {
             hit = hit.peer(p.label.clone(), 100.0 * p.hit);
             lat = lat.peer(p.label.clone(), p.lookup_ns * ghz);
