@@ -10,7 +10,8 @@
 //!   expired entries once per timeout, measured on the same trace in the same run.
 //! * `load` (Fig. 4) — insertions/s handled against offered load: the trace is replayed in real time
 //!   into a receive ring; the worker takes up to 32 packets per pass; what overflows the
-//!   ring is dropped. Same for the hashbrown peer. (A 65536-packet ring; see `RING`.)
+//!   ring (4096 packets) is dropped. Same for the hashbrown peer. The replay's clock does not count the
+//!   worker's descheduled time (see `DedicatedClock`).
 //! * `size` (Fig. 5), `expiry` (Fig. 6), `ordering` (Fig. 7) — recirculation bandwidth, share of
 //!   insertions that needed a swap pass, passes per insertion, evictions; against cuckoo table size
 //!   (1K..64K slots per array), expiry (10 us..100 ms) and ordering-array size (1K..64K). These runs
@@ -478,29 +479,76 @@ fn throughput(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Result<
 
 // ---- Fig. 4: offered load, real time --------------------------------------------------------------
 
-/// Receive queue of the real-time replay: 65536 packets, about 5 ms at 100 Gbit/s of 1 KB packets. A
-/// NIC ring is usually 4096, but on this shared 2-vCPU VM the worker is descheduled for milliseconds at
-/// a time while other jobs run, which would overflow a 4096-packet ring at any load and measure the
-/// scheduler instead of the table (a 4096-ring run dropped 5 % at 10 Gbit/s, for both implementations).
-const RING: usize = 65536;
+/// Receive ring of the real-time replay, in packets (a NIC-sized ring).
+const RING: usize = 4096;
+
+/// A gap between two passes longer than this is the worker being descheduled, not working: a pass
+/// of 32 packets takes 2-4 us (p99.9 of the unpaced runs is 15-25 us, and that includes stalls).
+const STALL_NS: u64 = 25_000;
+
+/// The replay's clock: wall time, except that a gap longer than [`STALL_NS`] between two readings
+/// counts as `STALL_NS`. On this shared 2-vCPU VM other jobs take the core for milliseconds at a
+/// time; without this, any receive ring overflows at any load and the replay measures the
+/// scheduler (a 4096-packet ring dropped 5 % at 10 Gbit/s for both implementations; with the load
+/// average at 4, both handled about half their capacity). The time removed is reported.
+struct DedicatedClock {
+    t0: Instant,
+    last: u64,
+    now: u64,
+    stalled: u64,
+}
+
+impl DedicatedClock {
+    fn new() -> Self {
+        DedicatedClock {
+            t0: Instant::now(),
+            last: 0,
+            now: 0,
+            stalled: 0,
+        }
+    }
+    fn read(&mut self) -> u64 {
+        let w = self.t0.elapsed().as_nanos() as u64;
+        let d = w - self.last;
+        self.last = w;
+        let step = d.min(STALL_NS);
+        self.stalled += d - step;
+        self.now += step;
+        self.now
+    }
+}
+
+/// The first index at or after `head` whose packet arrives after `now` (exponential search, then
+/// bisection within the last step: touches O(log k) entries near `head` for k arrivals).
+fn arrived(tr: &[PacketIn], head: usize, now: u64) -> usize {
+    let mut step = 1;
+    let mut lo = head;
+    while lo + step <= tr.len() && tr[lo + step - 1].ts_ns <= now {
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(tr.len());
+    lo + tr[lo..hi].partition_point(|p| p.ts_ns <= now)
+}
 
 /// Replay `tr` in real time into a `RING`-packet receive ring; the worker takes up to `BATCH` per
-/// pass. Returns (insertions, ring drops, seconds).
+/// pass. Returns (insertions, ring drops, seconds of worker time, seconds removed as stalls).
 fn paced<P: FnMut(u64, &[PacketIn], &mut Vec<Decision>) -> u64>(
     tr: &[PacketIn],
     mut process: P,
-) -> (u64, u64, f64) {
+) -> (u64, u64, f64, f64) {
     let mut out = Vec::with_capacity(8192);
     let (mut head, mut tail) = (0usize, 0usize); // [tail, head) is in the ring
     let mut dropped = 0u64;
     let end = tr.last().map_or(0, |p| p.ts_ns);
-    let t0 = Instant::now();
+    let mut clock = DedicatedClock::new();
     let mut inserts;
     loop {
-        let now = t0.elapsed().as_nanos() as u64;
-        // Everything that has arrived by `now` (a binary search: in overload, scanning every
-        // arriving packet would cost the worker more than the table does).
-        head += tr[head..].partition_point(|p| p.ts_ns <= now);
+        let now = clock.read();
+        // Everything that has arrived by `now`: a galloping search from the current head (scanning
+        // every arriving packet in overload, or bisecting the whole remaining trace, costs the
+        // worker more than the table does).
+        head = arrived(tr, head, now);
         if head - tail > RING {
             dropped += (head - tail - RING) as u64;
             tail = head - RING;
@@ -513,7 +561,12 @@ fn paced<P: FnMut(u64, &[PacketIn], &mut Vec<Decision>) -> u64>(
             break;
         }
     }
-    (inserts, dropped, t0.elapsed().as_secs_f64())
+    (
+        inserts,
+        dropped,
+        clock.now as f64 / 1e9,
+        clock.stalled as f64 / 1e9,
+    )
 }
 
 fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Result<()> {
@@ -538,8 +591,8 @@ fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Resul
             // Best of `reps` replays (fewest ring drops): a descheduling of a few ms on this shared
             // machine overflows any receive ring.
             let reps = if a.common.quick { 1 } else { 3 };
-            let (mut ins, mut drops, mut secs) = (0, u64::MAX, 1.0);
-            let (mut pins, mut pdrops, mut psecs) = (0, u64::MAX, 1.0);
+            let (mut ins, mut drops, mut secs, mut stall) = (0, u64::MAX, 1.0, 0.0);
+            let (mut pins, mut pdrops, mut psecs, mut pstall) = (0, u64::MAX, 1.0, 0.0);
             for _ in 0..reps {
                 let mut lb: FlowletLb = FlowletLb::new(flowlet_cfg(slots, cells))?;
                 let r = paced(&tr, |now, b, out| {
@@ -547,7 +600,7 @@ fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Resul
                     lb.table_stats().inserts
                 });
                 if r.1 < drops {
-                    (ins, drops, secs) = r;
+                    (ins, drops, secs, stall) = r;
                 }
                 let mut h = HashFlowlet::new(4);
                 let r = paced(&tr, |now, b, out| {
@@ -555,7 +608,7 @@ fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Resul
                     h.inserts
                 });
                 if r.1 < pdrops {
-                    (pins, pdrops, psecs) = r;
+                    (pins, pdrops, psecs, pstall) = r;
                 }
             }
             let v = ins as f64 / secs / 1e6;
@@ -568,6 +621,8 @@ fn offered_load(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots) -> Resul
                     .param("table", "sized")
                     .param("rx_drop_pct", 100.0 * drops as f64 / n as f64)
                     .param("peer_rx_drop_pct", 100.0 * pdrops as f64 / n as f64)
+                    .param("stalled_pct", 100.0 * stall / (secs + stall))
+                    .param("peer_stalled_pct", 100.0 * pstall / (psecs + pstall))
                     .peer("hashbrown", pv),
             )?;
             pts.push((g, v));
