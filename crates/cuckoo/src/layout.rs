@@ -67,6 +67,9 @@ pub trait Layout: sealed::Sealed + Send + Sync + 'static {
     /// Key stored in an occupied slot (writer side only).
     #[doc(hidden)]
     fn slot_key(&self, slot: &[AtomicU64]) -> Self::Key;
+    /// Raw value words of an occupied slot (writer side only), decodable with [`Layout::decode`].
+    #[doc(hidden)]
+    fn slot_raw(&self, slot: &[AtomicU64]) -> Self::Raw;
     /// Encode key and value into `out[..stride]`. `Err` if the value cannot be stored.
     #[doc(hidden)]
     fn encode(
@@ -166,6 +169,11 @@ impl Layout for Compact {
 
     fn slot_key(&self, slot: &[AtomicU64]) -> u64 {
         slot[0].load(Relaxed) >> 16
+    }
+
+    #[inline(always)]
+    fn slot_raw(&self, slot: &[AtomicU64]) -> u64 {
+        slot[0].load(Relaxed) & 0xFFFF
     }
 
     #[inline(always)]
@@ -380,6 +388,15 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
     fn slot_key(&self, slot: &[AtomicU64]) -> K {
         let b = self.load_bytes(slot);
         K::get(&b[1..1 + K::LEN])
+    }
+
+    #[inline]
+    fn slot_raw(&self, slot: &[AtomicU64]) -> [u64; MAX_WORDS] {
+        let mut raw = [0u64; MAX_WORDS];
+        for (r, w) in raw.iter_mut().zip(&slot[..self.words]) {
+            *r = w.load(Relaxed);
+        }
+        raw
     }
 
     fn encode(

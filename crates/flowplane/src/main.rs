@@ -6,9 +6,14 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod backend;
 mod bench;
-mod sys;
+mod lb;
 
+/// OS helpers shared with the I/O layer.
+mod sys {
+    pub use fp_io::sys::pin_to_cpu;
+}
 #[derive(Parser, Debug)]
 #[command(
     name = "flowplane",
@@ -27,14 +32,23 @@ enum Command {
         #[command(subcommand)]
         which: Box<bench::BenchCmd>,
     },
-    /// The main job with an embedded default: a quick FIB benchmark against hashbrown and dashmap.
-    Demo,
+    /// Prepare (or with --remove, restore) this Linux host as a direct-server-return backend: VIP on
+    /// loopback, ARP and rp_filter settings, and decapsulation (kernel VXLAN or a tc eBPF program
+    /// for GRE/IPIP).
+    Backend(backend::BackendArgs),
+    /// Run the load balancer on a pcap file: `--config FILE --in IN.pcap --out OUT.pcap`.
+    Run(lb::RunArgs),
+    /// The main job with an embedded default: the load balancer on generated traffic, with a report
+    /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.
+    Demo(lb::DemoArgs),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench { which } => bench::run(*which),
-        Command::Demo => bench::fib::run(bench::fib::FibArgs::demo()),
+        Command::Backend(a) => backend::run(a),
+        Command::Run(a) => lb::run(a),
+        Command::Demo(a) => lb::demo(a),
     }
 }

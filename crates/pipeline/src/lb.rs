@@ -30,9 +30,9 @@ type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
 type Conn6 = Writer<GeneralMap<[u8; 37], u64>>;
 
 /// Buckets of each connection table the expiry sweep visits per burst.
-const SWEEP_BUCKETS: usize = 16;
+const SWEEP_BUCKETS: usize = 4;
 /// Fragment-table entries the expiry sweep visits per burst.
-const SWEEP_FRAGS: usize = 8;
+const SWEEP_FRAGS: usize = 4;
 /// A connection's last-seen time is rewritten at most this often (ms).
 const TOUCH_MS: u32 = 1000;
 
@@ -46,16 +46,18 @@ fn entry_seen(v: u64) -> u32 {
     (v >> 32) as u32
 }
 
-/// A decision about one packet of the current burst.
+/// A packet of the current burst waiting for its connection lookup. Kept small: it is written
+/// and read once per packet.
 struct Pending {
     pkt: Packet,
-    s: PacketSummary,
-    vip: u32,
     key: FlowKey,
+    vip: u32,
     /// Index into the burst's IPv4 or IPv6 key array.
-    slot: usize,
-    /// For first fragments: the datagram key, to record the decision.
-    frag: Option<FragmentKey>,
+    slot: u16,
+    /// Where the IP packet lies in the frame: offset and end.
+    l3: (u16, u16),
+    /// For first fragments: the IP identification and the fragment's place in the datagram.
+    frag: Option<(u32, Piece)>,
 }
 
 /// What a traced packet went through (Maglev §4.4's packet tracer).
@@ -82,7 +84,7 @@ pub struct TraceRecord {
 /// Tells the worker which packets to trace and takes the records.
 pub trait Tracer: Send {
     /// Whether to trace this packet (called for every packet matched to a VIP; keep it cheap).
-    fn wants(&mut self, frame: &[u8], s: &PacketSummary) -> bool;
+    fn wants(&mut self, frame: &[u8], flow: &FlowKey) -> bool;
     /// Take a record (rate limiting is the tracer's business).
     fn record(&mut self, r: TraceRecord);
 }
@@ -230,11 +232,12 @@ impl LbWorker {
         pending.clear();
         keys4.clear();
         keys6.clear();
+        let mut rx_bytes = 0u64;
+        let rx_packets = rx.len() as u64;
 
         // Stage 1: parse, match VIPs, route fragments; collect connection keys.
         for p in rx.drain(..) {
-            stats.count(Outcome::Rx, 1);
-            stats.count(Outcome::RxBytes, p.len() as u64);
+            rx_bytes += p.len() as u64;
             let s = match PacketSummary::parse(p.data()) {
                 Ok(s) => s,
                 Err(e) => {
@@ -257,7 +260,17 @@ impl LbWorker {
                         stats.count(Outcome::FragForwarded, 1);
                         let key = s.flow_key();
                         emit(
-                            snap, stats, tx, pool, ident, *seed, p, &s, d.vip, d.backend, &key,
+                            snap,
+                            stats,
+                            tx,
+                            pool,
+                            ident,
+                            *seed,
+                            p,
+                            l3_of(&s),
+                            d.vip,
+                            d.backend,
+                            &key,
                         );
                     }
                     FragAction::Held => stats.count(Outcome::FragHeld, 1),
@@ -274,7 +287,8 @@ impl LbWorker {
             }
             // The flow this packet belongs to: its own 5-tuple, or for an ICMP error the connection
             // it quotes, seen from the client's side.
-            let key = if s.is_icmp_error() {
+            let icmp_error = s.is_icmp_error();
+            let key = if icmp_error {
                 match s.icmp_quoted(p.data()) {
                     Ok(q) => q.flow_key().reversed(),
                     Err(_) => s.flow_key(),
@@ -283,11 +297,12 @@ impl LbWorker {
                 s.flow_key()
             };
             let (dst, port, proto) = key_target(&key);
-            let Some(vip) = (if s.has_ports() || s.is_icmp_error() {
+            let vip = if s.has_ports() || icmp_error {
                 snap.match_vip(dst, Some(port), proto)
             } else {
                 None
-            }) else {
+            };
+            let Some(vip) = vip else {
                 stats.count(Outcome::NonVip, 1);
                 pool.put(p);
                 continue;
@@ -302,20 +317,18 @@ impl LbWorker {
                     keys6.len() - 1
                 }
             };
-            let frag = if s.fragment.is_some() {
-                s.fragment_key()
-            } else {
-                None
-            };
+            let frag = s.fragment.map(|f| (f.ident, piece(&s)));
             pending.push(Pending {
                 pkt: p,
-                s,
-                vip,
                 key,
-                slot,
+                vip,
+                slot: slot as u16,
+                l3: l3_of(&s),
                 frag,
             });
         }
+        stats.count(Outcome::Rx, rx_packets);
+        stats.count(Outcome::RxBytes, rx_bytes);
 
         // Stage 2: batched, prefetched connection lookups (CuckooSwitch Algorithm 3).
         conn4.get_batch(keys4, &mut vals4[..keys4.len()]);
@@ -324,13 +337,14 @@ impl LbWorker {
         // Stage 3: decide, record, encapsulate, emit.
         for Pending {
             pkt,
-            s,
-            vip,
             key,
+            vip,
             slot,
+            l3,
             frag,
         } in pending.drain(..)
         {
+            let slot = slot as usize;
             let vs = &snap.vips[vip as usize];
             let found = match key {
                 FlowKey::V4(_) => vals4[slot],
@@ -381,7 +395,7 @@ impl LbWorker {
                 }
             };
             if let Some(t) = tracer.as_mut() {
-                if t.wants(pkt.data(), &s) {
+                if t.wants(pkt.data(), &key) {
                     stats.count(Outcome::Traced, 1);
                     t.record(TraceRecord {
                         worker: *id,
@@ -395,18 +409,15 @@ impl LbWorker {
                     });
                 }
             }
-            if let Some(fk) = frag {
+            if let Some((ident_no, pc)) = frag {
+                let fk = FragmentKey {
+                    tuple: key.three_tuple(),
+                    ident: ident_no,
+                };
                 release.clear();
-                frags.decide(
-                    &fk,
-                    Decision { vip, backend },
-                    piece(&s),
-                    now_ns,
-                    release,
-                    expired,
-                );
+                frags.decide(&fk, Decision { vip, backend }, pc, now_ns, release, expired);
                 emit(
-                    snap, stats, tx, pool, ident, *seed, pkt, &s, vip, backend, &key,
+                    snap, stats, tx, pool, ident, *seed, pkt, l3, vip, backend, &key,
                 );
                 // Fragments that overtook their first fragment follow it now.
                 for held in release.drain(..) {
@@ -414,7 +425,17 @@ impl LbWorker {
                         Ok(hs) => {
                             stats.count(Outcome::FragForwarded, 1);
                             emit(
-                                snap, stats, tx, pool, ident, *seed, held, &hs, vip, backend, &key,
+                                snap,
+                                stats,
+                                tx,
+                                pool,
+                                ident,
+                                *seed,
+                                held,
+                                l3_of(&hs),
+                                vip,
+                                backend,
+                                &key,
                             );
                         }
                         Err(e) => {
@@ -425,15 +446,17 @@ impl LbWorker {
                 }
             } else {
                 emit(
-                    snap, stats, tx, pool, ident, *seed, pkt, &s, vip, backend, &key,
+                    snap, stats, tx, pool, ident, *seed, pkt, l3, vip, backend, &key,
                 );
             }
         }
 
         // Stage 4: housekeeping, a little per burst.
         frags.sweep(now_ns, SWEEP_FRAGS, expired);
-        stats.count(Outcome::FragExpired, expired.len() as u64);
-        pool.put_all(expired);
+        if !expired.is_empty() {
+            stats.count(Outcome::FragExpired, expired.len() as u64);
+            pool.put_all(expired);
+        }
         self.expire(now_ms, SWEEP_BUCKETS);
     }
 
@@ -489,6 +512,12 @@ fn key_target(k: &FlowKey) -> (std::net::IpAddr, u16, fp_wire::ip::IpProtocol) {
     }
 }
 
+/// The IP packet's place in a frame: (offset, end).
+#[inline(always)]
+fn l3_of(s: &PacketSummary) -> (u16, u16) {
+    (s.l3_offset, s.l3_end() as u16)
+}
+
 /// Encapsulate `p` toward `backend` and queue it for transmission (or drop it, counted).
 #[allow(clippy::too_many_arguments)]
 #[inline]
@@ -500,37 +529,39 @@ fn emit(
     ident: &mut u16,
     seed: u64,
     mut p: Packet,
-    s: &PacketSummary,
+    l3: (u16, u16),
     vip: u32,
     backend: u32,
     key: &FlowKey,
 ) {
-    let Some(enc) = snap.encap(vip, backend) else {
+    let Some(pre) = snap.encap(vip, backend) else {
         stats.count(Outcome::NoBackend, 1);
         pool.put(p);
         return;
     };
-    let inner_len = s.l3_len as u64;
+    let inner_len = (l3.1 - l3.0) as u64;
     let start = p.start();
-    if snap.vips[vip as usize].encap == EncapKind::L2Dsr {
-        if fp_wire::ethernet::rewrite_macs(p.data_mut(), enc.l2.dst, enc.l2.src).is_err() {
+    let inner = start + l3.0 as usize..start + l3.1 as usize;
+    *ident = ident.wrapping_add(1);
+    let r = if let Some(t) = &pre.template {
+        t.encapsulate(p.buffer(), inner.clone(), *ident)
+    } else if snap.vips[vip as usize].encap == EncapKind::L2Dsr {
+        fp_wire::ethernet::rewrite_macs(p.data_mut(), pre.encap.l2.dst, pre.encap.l2.src)
+            .map(|_| start)
+    } else {
+        let needs_hash = matches!(pre.encap.ip, fp_wire::encap::OuterIp::V6 { .. })
+            || matches!(pre.encap.tunnel, fp_wire::encap::Tunnel::Vxlan { .. });
+        let flow_hash = if needs_hash { key.hash(seed) } else { 0 };
+        pre.encap
+            .encapsulate(p.buffer(), inner.clone(), flow_hash, *ident)
+    };
+    match r {
+        Ok(new_start) if new_start != start => p.set_frame(new_start, inner.end - new_start),
+        Ok(_) => {}
+        Err(_) => {
             stats.count(Outcome::EncapFailed, 1);
             pool.put(p);
             return;
-        }
-    } else {
-        let inner = start + s.l3_offset as usize..start + s.l3_end();
-        let needs_hash = matches!(enc.ip, fp_wire::encap::OuterIp::V6 { .. })
-            || matches!(enc.tunnel, fp_wire::encap::Tunnel::Vxlan { .. });
-        let flow_hash = if needs_hash { key.hash(seed) } else { 0 };
-        *ident = ident.wrapping_add(1);
-        match enc.encapsulate(p.buffer(), inner.clone(), flow_hash, *ident) {
-            Ok(new_start) => p.set_frame(new_start, inner.end - new_start),
-            Err(_) => {
-                stats.count(Outcome::EncapFailed, 1);
-                pool.put(p);
-                return;
-            }
         }
     }
     stats.count(Outcome::Tx, 1);

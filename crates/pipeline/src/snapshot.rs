@@ -10,7 +10,7 @@
 //! runs entirely against the snapshot it started with.
 
 use crate::config::{EncapKind, LbConfig, VipMatch};
-use fp_wire::encap::{Encap, OuterIp, OuterL2, Tunnel};
+use fp_wire::encap::{Encap, EncapTemplate, OuterIp, OuterL2, Tunnel};
 use fp_wire::ethernet::MacAddr;
 use fp_wire::ip::IpProtocol;
 use std::collections::HashMap;
@@ -56,6 +56,18 @@ pub struct VipState {
     member_bits: Vec<u64>,
     /// Every configured backend id of the VIP (healthy or not).
     pub members: Vec<u32>,
+    /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
+    encaps: Vec<Option<Prebuilt>>,
+}
+
+/// The outer headers toward one backend: the general recipe, and its precomputed template when
+/// the encapsulation has one (IPv4 outer with plain GRE or IPIP).
+#[derive(Clone, Copy, Debug)]
+pub struct Prebuilt {
+    /// The recipe.
+    pub encap: Encap,
+    /// The fast path for it, if any.
+    pub template: Option<EncapTemplate>,
 }
 
 impl VipState {
@@ -67,6 +79,12 @@ impl VipState {
             .is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
+    /// The encapsulation toward backend `id`, if it is a member of the VIP.
+    #[inline(always)]
+    pub fn encap(&self, id: u32) -> Option<&Prebuilt> {
+        self.encaps.get(id as usize).and_then(|e| e.as_ref())
+    }
+
     /// Maglev selection: the backend id for a flow hash, if any backend is healthy.
     #[inline(always)]
     pub fn select(&self, flow_hash: u64) -> Option<(u32, u32)> {
@@ -76,8 +94,17 @@ impl VipState {
     }
 }
 
-/// Exact VIP key: (address, port, protocol).
-type ExactKey = (IpAddr, u16, u8);
+/// Exact-VIP key of an IPv4 destination: address, port and protocol in one integer.
+#[inline(always)]
+fn key4(a: std::net::Ipv4Addr, port: u16, proto: u8) -> u64 {
+    (a.to_bits() as u64) << 24 | (port as u64) << 8 | proto as u64
+}
+
+/// Exact-VIP key of an IPv6 destination.
+#[inline(always)]
+fn key6(a: std::net::Ipv6Addr, port: u16, proto: u8) -> (u128, u32) {
+    (a.to_bits(), (port as u32) << 8 | proto as u32)
+}
 
 /// A prefix group at run time: its prefixes, and its suffix VIPs as (VIP id, suffix, suffix length),
 /// longest suffix first.
@@ -98,12 +125,11 @@ pub struct Snapshot {
     pub vips: Vec<VipState>,
     /// Backends by stable id (`None` for ids of backends no longer configured).
     pub backends: Vec<Option<BackendState>>,
-    exact: hashbrown::HashMap<ExactKey, u32>,
+    exact4: hashbrown::HashMap<u64, u32>,
+    exact6: hashbrown::HashMap<(u128, u32), u32>,
     /// (address, protocol) pairs that some exact VIP uses, for non-first fragments (no port).
     exact_addrs: hashbrown::HashSet<(IpAddr, u8)>,
     groups: Vec<GroupState>,
-    /// Outer encapsulation recipe per (VIP id, backend id), built once.
-    encaps: hashbrown::HashMap<(u32, u32), Encap>,
 }
 
 impl Snapshot {
@@ -113,10 +139,17 @@ impl Snapshot {
     pub fn match_vip(&self, dst: IpAddr, port: Option<u16>, proto: IpProtocol) -> Option<u32> {
         match port {
             Some(p) => {
-                if let Some(&v) = self.exact.get(&(dst, p, proto.0)) {
-                    return Some(v);
-                }
-                if let Some(&v) = self.exact.get(&(dst, 0, proto.0)) {
+                let hit = match dst {
+                    IpAddr::V4(a) => self
+                        .exact4
+                        .get(&key4(a, p, proto.0))
+                        .or_else(|| self.exact4.get(&key4(a, 0, proto.0))),
+                    IpAddr::V6(a) => self
+                        .exact6
+                        .get(&key6(a, p, proto.0))
+                        .or_else(|| self.exact6.get(&key6(a, 0, proto.0))),
+                };
+                if let Some(&v) = hit {
                     return Some(v);
                 }
             }
@@ -163,10 +196,10 @@ impl Snapshot {
             })
     }
 
-    /// The encapsulation recipe toward a backend of a VIP.
+    /// The encapsulation toward a backend of a VIP.
     #[inline]
-    pub fn encap(&self, vip: u32, backend: u32) -> Option<&Encap> {
-        self.encaps.get(&(vip, backend))
+    pub fn encap(&self, vip: u32, backend: u32) -> Option<&Prebuilt> {
+        self.vips.get(vip as usize)?.encap(backend)
     }
 
     /// A backend's state.
@@ -256,7 +289,8 @@ impl Builder {
         }
         let words = backends.len().div_ceil(64);
         let mut vips = Vec::new();
-        let mut exact = hashbrown::HashMap::new();
+        let mut exact4 = hashbrown::HashMap::new();
+        let mut exact6 = hashbrown::HashMap::new();
         let mut exact_addrs = hashbrown::HashSet::new();
         let mut groups: Vec<GroupState> = config
             .prefix_groups
@@ -266,7 +300,6 @@ impl Builder {
                 suffixes: Vec::new(),
             })
             .collect();
-        let mut encaps = hashbrown::HashMap::new();
         for (i, v) in config.vips.iter().enumerate() {
             let id = i as u32;
             let members: Vec<u32> = v.backends.iter().map(|s| self.ids[&s.address]).collect();
@@ -296,13 +329,23 @@ impl Builder {
                 let bid = self.ids[&s.address];
                 member_bits[bid as usize / 64] |= 1 << (bid % 64);
             }
+            let mut encaps = vec![None; backends.len()];
             for s in &v.backends {
                 let bid = self.ids[&s.address];
-                encaps.insert((id, bid), encap_for(b, v.encap, s));
+                let encap = encap_for(b, v.encap, s);
+                // L2 DSR rewrites MACs only: its recipe must never be used as a tunnel template.
+                let template = match v.encap {
+                    EncapKind::L2Dsr => None,
+                    _ => EncapTemplate::new(&encap),
+                };
+                encaps[bid as usize] = Some(Prebuilt { encap, template });
             }
             match &v.matcher {
                 VipMatch::Exact(a) => {
-                    exact.insert((*a, v.port, v.protocol.0), id);
+                    match a {
+                        IpAddr::V4(a4) => exact4.insert(key4(*a4, v.port, v.protocol.0), id),
+                        IpAddr::V6(a6) => exact6.insert(key6(*a6, v.port, v.protocol.0), id),
+                    };
                     exact_addrs.insert((*a, v.protocol.0));
                 }
                 VipMatch::Suffix { group, suffix, len } => {
@@ -320,6 +363,7 @@ impl Builder {
                 table_ids,
                 member_bits,
                 members,
+                encaps,
             });
         }
         for g in &mut groups {
@@ -331,10 +375,10 @@ impl Builder {
             config,
             vips,
             backends,
-            exact,
+            exact4,
+            exact6,
             exact_addrs,
             groups,
-            encaps,
         })
     }
 }

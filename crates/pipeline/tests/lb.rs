@@ -503,3 +503,52 @@ fn config_change_applies_between_bursts() {
     assert_eq!(backend_of(&out[0]), "10.0.1.2".parse::<IpAddr>().unwrap());
     assert!(h.worker.generation() > g1);
 }
+
+#[test]
+fn l2_dsr_rewrites_only_the_macs() {
+    let text = r#"
+        [balancer]
+        mac = "02:00:00:00:00:01"
+        [[vip]]
+        name = "dsr"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["p"]
+        encap = "l2dsr"
+        [[pool]]
+        name = "p"
+        backends = [{ address = "10.0.1.1", mac = "02:00:00:00:01:01" }, { address = "10.0.1.2", mac = "02:00:00:00:01:02" }]
+    "#;
+    let mut b = Builder::new();
+    let p = Arc::new(Published::new(Arc::new(
+        b.build(Arc::new(LbConfig::from_toml(text).unwrap()))
+            .unwrap(),
+    )));
+    let mut w = LbWorker::new(0, p, 3).unwrap();
+    let mut pool = Pool::new(64);
+    let input = craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
+    let mut rx = burst();
+    let mut tx = burst();
+    let mut pk = pool.get().unwrap();
+    pk.fill(&input);
+    rx.push(pk);
+    w.process(&mut rx, &mut tx, &mut pool, 0);
+    assert_eq!(tx.len(), 1);
+    let out = tx[0].data();
+    assert_eq!(out.len(), input.len(), "no encapsulation");
+    assert!(
+        out[..6] == [2, 0, 0, 0, 1, 1] || out[..6] == [2, 0, 0, 0, 1, 2],
+        "dst MAC is a backend's"
+    );
+    assert_eq!(
+        &out[6..12],
+        &[2, 0, 0, 0, 0, 1],
+        "src MAC is the balancer's"
+    );
+    assert_eq!(
+        &out[12..],
+        &input[12..],
+        "everything after the MACs untouched"
+    );
+}

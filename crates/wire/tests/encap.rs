@@ -656,3 +656,86 @@ fn random_encapsulation_round_trips() {
         }
     }
 }
+
+#[test]
+fn templates_match_encapsulate_byte_for_byte() {
+    let mut r = rng(0x7E3F);
+    let mut checked = 0;
+    for _ in 0..3000 {
+        let spec = random_spec(&mut r);
+        let (frame, _) = spec.build();
+        let orig = PacketSummary::parse(&frame).unwrap();
+        let inner = orig.ip_bytes(&frame).to_vec();
+        let e = Encap {
+            l2: OuterL2 {
+                src: MacAddr(r.gen()),
+                dst: MacAddr(r.gen()),
+                vlan: r.gen_bool(0.3).then(|| Tci(r.gen())),
+            },
+            ip: OuterIp::V4 {
+                src: Ipv4Addr::from(r.gen::<u32>()),
+                dst: Ipv4Addr::from(r.gen::<u32>()),
+                ttl: r.gen(),
+            },
+            tunnel: if r.gen_bool(0.5) {
+                Tunnel::GRE
+            } else {
+                Tunnel::Ipip
+            },
+        };
+        let t = encap::EncapTemplate::new(&e).expect("IPv4 plain GRE / IPIP have templates");
+        assert_eq!(t.overhead(), e.overhead());
+        let ident: u16 = r.gen();
+        let mut a = with_headroom(&inner, MAX_OVERHEAD);
+        let mut b = a.clone();
+        let range = MAX_OVERHEAD..MAX_OVERHEAD + inner.len();
+        let sa = e.encapsulate(&mut a, range.clone(), r.gen(), ident);
+        let sb = t.encapsulate(&mut b, range.clone(), ident);
+        assert_eq!(sa, sb);
+        assert_eq!(a, b, "template and encapsulate disagree for {e:?}");
+        checked += 1;
+        // Too little headroom: the same error from both, buffer unchanged.
+        let mut c = inner.clone();
+        let before = c.clone();
+        assert_eq!(
+            t.encapsulate(&mut c, 0..inner.len(), 1),
+            Err(Error::NoHeadroom)
+        );
+        assert_eq!(c, before);
+    }
+    assert_eq!(checked, 3000);
+    // Other encapsulations have no template.
+    let v6 = Encap {
+        l2: OuterL2 {
+            src: LB_MAC,
+            dst: GW_MAC,
+            vlan: None,
+        },
+        ip: OuterIp::V6 {
+            src: lb6(),
+            dst: be6(),
+            hop_limit: 64,
+        },
+        tunnel: Tunnel::GRE,
+    };
+    assert!(encap::EncapTemplate::new(&v6).is_none());
+    let keyed = Encap {
+        l2: OuterL2 {
+            src: LB_MAC,
+            dst: GW_MAC,
+            vlan: None,
+        },
+        ip: OuterIp::V4 {
+            src: LB4,
+            dst: BE4,
+            ttl: 64,
+        },
+        tunnel: Tunnel::Gre {
+            key: Some(5),
+            sequence: None,
+            checksum: false,
+            recursion: 0,
+        },
+    };
+    assert!(encap::EncapTemplate::new(&keyed).is_none());
+}

@@ -68,25 +68,6 @@ pub struct FibArgs {
     pub cases: Vec<String>,
 }
 
-impl FibArgs {
-    /// The README's main command: a quick run of every case.
-    pub fn demo() -> Self {
-        FibArgs {
-            common: CommonOpts {
-                quick: true,
-                ..Default::default()
-            },
-            sizes: vec![],
-            billion: false,
-            threads: vec![],
-            secs: None,
-            rounds: None,
-            batch: 32,
-            cases: vec![],
-        }
-    }
-}
-
 fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last() {
@@ -372,22 +353,8 @@ fn cacheline_rate(ctx: &Ctx, bytes: usize, pages: PagePolicy) -> Result<f64> {
     Ok(mops)
 }
 
-/// Measure competitors in alternating rounds and keep each one's best round. Background load on this
-/// shared machine only ever slows a round down, and alternating (in both orders) gives every
-/// competitor the same exposure to it, so ratios stay meaningful even when absolute numbers drift.
 fn contest(ctx: &Ctx, runs: &[&dyn Fn() -> Result<f64>]) -> Result<Vec<f64>> {
-    let mut best = vec![0.0f64; runs.len()];
-    for round in 0..ctx.rounds {
-        for j in 0..runs.len() {
-            let k = if round % 2 == 0 {
-                j
-            } else {
-                runs.len() - 1 - j
-            };
-            best[k] = best[k].max(runs[k]()?);
-        }
-    }
-    Ok(best)
+    super::contest(ctx.rounds, runs)
 }
 
 fn size_cases(

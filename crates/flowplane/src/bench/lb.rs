@@ -1,0 +1,269 @@
+//! `flowplane bench lb`: the load balancer's packet thread, Maglev §5.2.2 (Fig 9) in software.
+//!
+//! One worker on one core processes pre-built 64-byte-class TCP frames from memory: each burst of 32
+//! is copied into packet buffers (what a port's receive does), run through `LbWorker::process`
+//! (parse → VIP → batched connection lookup → Maglev on a miss → GRE encapsulation), and recycled.
+//! Three traffic types as in the paper:
+//!
+//! * `syn`: every packet opens a new connection (selection + insertion into the table);
+//! * `non_syn`: packets of established connections, uniformly over all tracked ones (a lookup);
+//! * `constant`: one 5-tuple (its entry stays in cache).
+//!
+//! with 1M and 10M connections already tracked. The peer is a parse-and-emit baseline measured in
+//! the same run on the same frames: copy in, parse, hand to the transmit burst, recycle (the
+//! paper's raw-I/O bound: everything but the load balancing). The ratio is ours / baseline.
+
+use super::{contest, CommonOpts, Record, Report};
+use anyhow::{Context, Result};
+use fp_io::sys::pin_to_cpu;
+use fp_pipeline::config::LbConfig;
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::lb::LbWorker;
+use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
+use fp_pipeline::snapshot::{Builder, Published, Snapshot};
+use fp_pipeline::stats::{Outcome, Totals};
+use fp_wire::PacketSummary;
+use rand::{Rng, SeedableRng};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct LbArgs {
+    #[command(flatten)]
+    pub common: CommonOpts,
+    /// Tracked connections (comma-separated; K/M suffixes are powers of ten). Default 1M,10M
+    /// (quick: 1M).
+    #[arg(long, value_delimiter = ',')]
+    pub conns: Vec<String>,
+}
+
+const FRAME: usize = 54; // Ethernet + IPv4 + TCP, no payload (60 on the wire with padding)
+
+/// Frames of one traffic type, back to back.
+struct Frames {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Frames {
+    fn new(frames: impl Iterator<Item = Vec<u8>>) -> Frames {
+        let mut bytes = Vec::new();
+        let mut count = 0;
+        for f in frames {
+            assert_eq!(f.len(), FRAME);
+            bytes.extend_from_slice(&f);
+            count += 1;
+        }
+        Frames { bytes, count }
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let i = i % self.count;
+        &self.bytes[i * FRAME..(i + 1) * FRAME]
+    }
+}
+
+fn flow(i: u64) -> Endpoints {
+    let host = (i / 50_000) as u32;
+    Endpoints {
+        src: IpAddr::V4(Ipv4Addr::from(
+            (198u32 << 24 | 18 << 16) + (host & 0x1_ffff),
+        )),
+        sport: 1024 + (i % 50_000) as u16,
+        dst: "203.0.113.10".parse().expect("vip"),
+        dport: 80,
+    }
+}
+
+fn parse_count(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (n, m) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1_000),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1_000_000),
+        _ => (s, 1),
+    };
+    Ok(n.parse::<u64>()
+        .with_context(|| format!("--conns: bad count {s:?}"))?
+        * m)
+}
+
+fn snapshots(capacity: usize) -> Result<Arc<Published<Snapshot>>> {
+    let cfg = LbConfig::from_toml(&format!(
+        r#"
+        [balancer]
+        address = "10.0.0.2"
+        conn_table_capacity = {capacity}
+        conn_table_capacity_v6 = 1024
+        conn_idle_timeout_ms = 3600000
+        [[vip]]
+        name = "web"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["web"]
+        [[pool]]
+        name = "web"
+        backends = [{{ address = "10.0.1.1" }}, {{ address = "10.0.1.2" }}, {{ address = "10.0.1.3" }},
+                    {{ address = "10.0.1.4" }}, {{ address = "10.0.1.5" }}, {{ address = "10.0.1.6" }}]
+    "#
+    ))
+    .map_err(|e| anyhow::anyhow!("bench config: {e}"))?;
+    Ok(Arc::new(Published::new(Arc::new(
+        Builder::new().build(Arc::new(cfg))?,
+    ))))
+}
+
+/// Push `n` frames starting at frame `start` through `step` in bursts of 32; returns ns per packet.
+fn drive(
+    frames: &Frames,
+    start: usize,
+    n: usize,
+    pool: &mut Pool,
+    mut step: impl FnMut(&mut Vec<Packet>, &mut Vec<Packet>, &mut Pool),
+) -> f64 {
+    let (mut rx, mut tx) = (burst(), burst());
+    let t = Instant::now();
+    let mut i = start;
+    let end = start + n;
+    while i < end {
+        let k = MAX_BURST.min(end - i);
+        for j in 0..k {
+            let mut p = pool.get().expect("pool sized for a burst");
+            p.fill(frames.get(i + j));
+            rx.push(p);
+        }
+        i += k;
+        step(&mut rx, &mut tx, pool);
+        pool.put_all(&mut tx);
+        pool.put_all(&mut rx);
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// Parse and emit only: the baseline.
+fn baseline(rx: &mut Vec<Packet>, tx: &mut Vec<Packet>, pool: &mut Pool) {
+    for p in rx.drain(..) {
+        match PacketSummary::parse(p.data()) {
+            Ok(s) => {
+                std::hint::black_box(&s);
+                tx.push(p);
+            }
+            Err(_) => pool.put(p),
+        }
+    }
+}
+
+pub fn run(a: LbArgs) -> Result<()> {
+    let quick = a.common.quick;
+    let conns: Vec<u64> = if a.conns.is_empty() {
+        if quick {
+            vec![1_000_000]
+        } else {
+            vec![1_000_000, 10_000_000]
+        }
+    } else {
+        a.conns
+            .iter()
+            .map(|s| parse_count(s))
+            .collect::<Result<_>>()?
+    };
+    let (rounds, per_round) = if quick {
+        (3usize, 300_000usize)
+    } else {
+        (5, 1_000_000)
+    };
+    let mut rep = Report::new("lb", &a.common)?;
+    pin_to_cpu(0);
+    rep.note("one worker, bursts of 32 frames of 54 bytes (TCP, no payload), pinned to CPU 0");
+    for &n in &conns {
+        // Room for the tracked connections plus every SYN the rounds will insert.
+        let syn_total = rounds * per_round;
+        let capacity = n as usize + syn_total + syn_total / 4;
+        let snaps = snapshots(capacity)?;
+        let mut worker = LbWorker::new(0, snaps, a.common.seed)?;
+        let mut pool = Pool::new(4 * MAX_BURST);
+        // Establish n connections (not measured).
+        let t0 = Instant::now();
+        let est = Frames::new((0..n).map(|i| craft::tcp(&flow(i), true)));
+        drive(&est, 0, n as usize, &mut pool, |rx, tx, pool| {
+            worker.process(rx, tx, pool, 1_000_000_000)
+        });
+        drop(est);
+        let (c4, _) = worker.connections();
+        anyhow::ensure!(c4 as u64 == n, "only {c4} of {n} connections were recorded");
+        rep.note(&format!(
+            "{n} connections established in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        ));
+
+        // Traffic: fresh SYNs (a distinct slice per round), ACKs of random tracked connections,
+        // one constant 5-tuple.
+        let syns = Frames::new((0..syn_total as u64).map(|i| craft::tcp(&flow(n + i), true)));
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(a.common.seed);
+        let acks =
+            Frames::new((0..per_round).map(|_| craft::tcp(&flow(rng.gen_range(0..n)), false)));
+        let constant = Frames::new(std::iter::once(craft::tcp(&flow(n / 2), false)));
+        let now = 2_000_000_000;
+
+        let worker = std::cell::RefCell::new(worker);
+        let pool = std::cell::RefCell::new(pool);
+        let syn_round = std::cell::Cell::new(0usize);
+        let run_ours = |f: &Frames, start: usize| {
+            let mut w = worker.borrow_mut();
+            drive(
+                f,
+                start,
+                per_round,
+                &mut pool.borrow_mut(),
+                |rx, tx, pool| w.process(rx, tx, pool, now),
+            )
+        };
+        let run_base = |f: &Frames| drive(f, 0, per_round, &mut pool.borrow_mut(), baseline);
+        for (case, frames) in [("syn", &syns), ("non_syn", &acks), ("constant", &constant)] {
+            let ours = || -> Result<f64> {
+                let start = if case == "syn" {
+                    let r = syn_round.get();
+                    syn_round.set(r + 1);
+                    r * per_round
+                } else {
+                    0
+                };
+                Ok(run_ours(frames, start))
+            };
+            let base = || -> Result<f64> { Ok(run_base(frames)) };
+            // contest keeps the best (highest) value: compare packets per ns.
+            let v = contest(
+                rounds,
+                &[&|| ours().map(|ns| 1.0 / ns), &|| base().map(|ns| 1.0 / ns)],
+            )?;
+            let (ours_ns, base_ns) = (1.0 / v[0], 1.0 / v[1]);
+            rep.add(
+                Record::higher(case, 1e3 / ours_ns, "Mpps")
+                    .param("conns", n)
+                    .param("worker", 1)
+                    .param("ns_per_packet", (ours_ns * 10.0).round() / 10.0)
+                    .peer("parse_emit_baseline", 1e3 / base_ns),
+            )?;
+            rep.add(
+                Record::lower(format!("{case}_ns_per_packet"), ours_ns, "ns")
+                    .param("conns", n)
+                    .peer("parse_emit_baseline", base_ns),
+            )?;
+        }
+        let w = worker.into_inner();
+        let t = Totals::sum([&**w.stats()]);
+        rep.note(&format!(
+            "{n} conns: {} hits, {} inserts, {} full, {} tracked at the end",
+            t.get(Outcome::ConnHit),
+            t.get(Outcome::ConnInsert),
+            t.get(Outcome::ConnFull),
+            w.connections().0
+        ));
+        anyhow::ensure!(
+            t.get(Outcome::ConnFull) == 0,
+            "the benchmark table filled up"
+        );
+    }
+    rep.finish()
+}
