@@ -1,0 +1,1 @@
+//! (being written: health checks, metrics, admin HTTP, reload signals, tracer)
