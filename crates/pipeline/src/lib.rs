@@ -67,3 +67,4 @@ pub mod port;
 pub mod snapshot;
 pub mod stats;
 pub mod steer;
+pub mod switch;
