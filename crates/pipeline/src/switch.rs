@@ -473,7 +473,7 @@ pub fn parse_fib_text(text: &str) -> Result<Vec<(Mac, u16)>, String> {
 /// The binary FIB file format for very large preloads: a sequence of little-endian u64 records,
 /// each `mac << 16 | port`. Returns the entries of `bytes` (its length must be a multiple of 8).
 pub fn parse_fib_binary(bytes: &[u8]) -> Result<impl Iterator<Item = (Mac, u16)> + '_, String> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(format!(
             "binary FIB of {} bytes is not a whole number of 8-byte records",
             bytes.len()
