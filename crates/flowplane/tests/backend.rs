@@ -88,20 +88,79 @@ impl Net {
             ],
             vec!["ip", "-n", &lb, "addr", "add", "10.88.0.1/24", "dev", "l0"],
             vec!["ip", "-n", &be, "addr", "add", "10.88.0.2/24", "dev", "b0"],
-            vec!["ip", "-n", &lb, "addr", "add", "fd00:88::1/64", "dev", "l0", "nodad"],
-            vec!["ip", "-n", &be, "addr", "add", "fd00:88::2/64", "dev", "b0", "nodad"],
+            vec![
+                "ip",
+                "-n",
+                &lb,
+                "addr",
+                "add",
+                "fd00:88::1/64",
+                "dev",
+                "l0",
+                "nodad",
+            ],
+            vec![
+                "ip",
+                "-n",
+                &be,
+                "addr",
+                "add",
+                "fd00:88::2/64",
+                "dev",
+                "b0",
+                "nodad",
+            ],
             vec!["ip", "-n", &lb, "link", "set", "l0", "up"],
             vec!["ip", "-n", &be, "link", "set", "b0", "up"],
-            vec!["ip", "-n", &be, "route", "add", "default", "via", "10.88.0.1"],
-            vec!["ip", "-n", &be, "-6", "route", "add", "default", "via", "fd00:88::1"],
+            vec![
+                "ip",
+                "-n",
+                &be,
+                "route",
+                "add",
+                "default",
+                "via",
+                "10.88.0.1",
+            ],
+            vec![
+                "ip",
+                "-n",
+                &be,
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                "fd00:88::1",
+            ],
             // PLATFORM.md pitfall 1: without this the backend's replies cross the veth with only
             // the pseudo-header checksum (a NIC would complete it), and the test checks them.
-            vec!["ip", "netns", "exec", &be, "ethtool", "-K", "b0", "tx", "off"],
+            vec![
+                "ip", "netns", "exec", &be, "ethtool", "-K", "b0", "tx", "off",
+            ],
         ];
         for cmd in &setup {
             if let Err(e) = sh(cmd) {
                 panic!("backend end-to-end test cannot run: namespace setup failed: {e}");
             }
+        }
+        // Wait until both families work between the namespaces: a fresh interface answers IPv6
+        // neighbour solicitations only after it has joined the solicited-node groups (up to about
+        // a second after carrier), and the backend's replies need that.
+        let ready = |fam: &str, addr: &str| {
+            (0..50).any(|_| {
+                let ok = sh(&[
+                    "ip", "netns", "exec", &be, "ping", fam, "-c", "1", "-W", "1", addr,
+                ])
+                .is_ok();
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                ok
+            })
+        };
+        if !ready("-4", "10.88.0.1") || !ready("-6", "fd00:88::1") {
+            panic!("backend end-to-end test cannot run: the veth between the namespaces does not pass traffic");
         }
         let cookie = net.run_in(&be, || fp_ebpf::sys::netns_cookie().expect("netns cookie"));
         net.state_file = Some(format!("/run/flowplane/backend-{cookie}.json"));
@@ -127,7 +186,13 @@ impl Net {
     /// `flowplane backend ARGS` in the backend namespace.
     fn backend(&self, args: &[&str]) -> Output {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.be, env!("CARGO_BIN_EXE_flowplane"), "backend"])
+            .args([
+                "netns",
+                "exec",
+                &self.be,
+                env!("CARGO_BIN_EXE_flowplane"),
+                "backend",
+            ])
             .args(args)
             .env("RUST_BACKTRACE", "0")
             .output()
@@ -251,7 +316,12 @@ impl Raw {
                 std::mem::size_of::<libc::sockaddr_ll>() as u32,
             )
         };
-        assert_eq!(r, frame.len() as isize, "send: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            r,
+            frame.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     /// Incoming frames until `timeout` passes or `done` says stop.
@@ -328,7 +398,9 @@ fn syn(v6: bool, sport: u16, tunnel: Tunnel) -> Vec<u8> {
 fn syn_acks(frames: &[Vec<u8>]) -> Vec<(IpAddr, IpAddr, u16, u32)> {
     let mut out = Vec::new();
     for f in frames {
-        let Ok(s) = PacketSummary::parse(f) else { continue };
+        let Ok(s) = PacketSummary::parse(f) else {
+            continue;
+        };
         if s.protocol != IpProtocol::TCP || !s.tcp_flags.contains(TcpFlags::SYN | TcpFlags::ACK) {
             continue;
         }
@@ -380,16 +452,36 @@ fn gre_and_ipip_backend_answers_and_remove_restores() {
     expect_no_syn_ack(&raw);
 
     let out = net.backend_ok(&[
-        "--interface", "b0", "--vip", VIP4, "--vip", VIP6, "--decap", "gre,ipip",
+        "--interface",
+        "b0",
+        "--vip",
+        VIP4,
+        "--vip",
+        VIP6,
+        "--decap",
+        "gre,ipip",
     ]);
-    assert!(out.contains("attach tc ingress decap (gre,ipip) to b0"), "{out}");
+    assert!(
+        out.contains("attach tc ingress decap (gre,ipip) to b0"),
+        "{out}"
+    );
     assert_eq!(net.be_sysctl("net.ipv4.conf.all.arp_ignore"), "1");
     assert_eq!(net.be_sysctl("net.ipv4.conf.all.arp_announce"), "2");
     let tc = net.be(&["tc", "filter", "show", "dev", "b0", "ingress"]);
-    assert!(tc.contains("fp_tc_decap") && tc.contains("direct-action"), "{tc}");
+    assert!(
+        tc.contains("fp_tc_decap") && tc.contains("direct-action"),
+        "{tc}"
+    );
     // Idempotent: a second run changes nothing.
     let again = net.backend_ok(&[
-        "--interface", "b0", "--vip", VIP4, "--vip", VIP6, "--decap", "gre,ipip",
+        "--interface",
+        "b0",
+        "--vip",
+        VIP4,
+        "--vip",
+        VIP6,
+        "--decap",
+        "gre,ipip",
     ]);
     assert!(again.contains("0 change(s) made"), "{again}");
 
@@ -421,7 +513,10 @@ fn gre_and_ipip_backend_answers_and_remove_restores() {
     let sent: Vec<(bool, u16)> = cases.iter().map(|&(v6, s, _)| (v6, s)).collect();
     expect_syn_acks(&raw, &sent);
     let (segs1, csum1) = net.be_tcp_counters();
-    assert!(segs1 >= segs0 + 3, "the IPv4 SYNs reached TCP: {segs0} -> {segs1}");
+    assert!(
+        segs1 >= segs0 + 3,
+        "the IPv4 SYNs reached TCP: {segs0} -> {segs1}"
+    );
     assert_eq!(csum1, csum0, "no TCP checksum errors");
     let status = net.backend_ok(&["--status"]);
     assert!(status.contains("decapsulated: gre 4 ipip 2"), "{status}");
@@ -441,17 +536,29 @@ fn gre_and_ipip_backend_answers_and_remove_restores() {
         raw.send(&arp(target));
         raw.collect(Duration::from_millis(400), |_| false)
             .iter()
-            .filter(|f| f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[21] == 2 && f[28..32] == target)
+            .filter(|f| {
+                f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[21] == 2 && f[28..32] == target
+            })
             .count()
     };
-    assert!(replies_for([10, 88, 0, 2]) >= 1, "ARP reply for the backend's own address");
-    assert_eq!(replies_for([203, 0, 113, 10]), 0, "no ARP reply for the VIP");
+    assert!(
+        replies_for([10, 88, 0, 2]) >= 1,
+        "ARP reply for the backend's own address"
+    );
+    assert_eq!(
+        replies_for([203, 0, 113, 10]),
+        0,
+        "no ARP reply for the VIP"
+    );
 
     // --remove restores everything it changed, and only that.
     drop((_l4, _l6));
     net.backend_ok(&["--remove"]);
     assert_eq!(net.be_sysctl("net.ipv4.conf.all.arp_ignore"), "2");
-    assert_eq!(net.be_sysctl("net.ipv4.conf.all.arp_announce"), before_announce);
+    assert_eq!(
+        net.be_sysctl("net.ipv4.conf.all.arp_announce"),
+        before_announce
+    );
     let lo = net.be(&["ip", "addr", "show", "dev", "lo"]);
     assert!(!lo.contains(VIP4) && !lo.contains(VIP6), "{lo}");
     let qd = net.be(&["tc", "qdisc", "show", "dev", "b0"]);
@@ -471,7 +578,16 @@ fn vxlan_backend_answers() {
     let raw = Raw::open(&net);
     let mac = mac_text(VXLAN_MAC);
     net.backend_ok(&[
-        "--interface", "b0", "--vip", VIP4, "--vip", VIP6, "--decap", "vxlan", "--vxlan-mac", &mac,
+        "--interface",
+        "b0",
+        "--vip",
+        VIP4,
+        "--vip",
+        VIP6,
+        "--decap",
+        "vxlan",
+        "--vxlan-mac",
+        &mac,
     ]);
     let link = net.be(&["ip", "-d", "link", "show", "fpvx0"]);
     assert!(link.contains("external") && link.contains(&mac), "{link}");
@@ -490,7 +606,10 @@ fn vxlan_backend_answers() {
     expect_syn_acks(&raw, &[(false, 4001), (true, 4002)]);
     drop((_l4, _l6));
     net.backend_ok(&["--remove"]);
-    assert!(net.be(&["ip", "link", "show"]).lines().all(|l| !l.contains("fpvx0")));
+    assert!(net
+        .be(&["ip", "link", "show"])
+        .lines()
+        .all(|l| !l.contains("fpvx0")));
 }
 
 /// A VXLAN device for one VNI drops the others.
@@ -500,8 +619,18 @@ fn vxlan_fixed_vni() {
     let raw = Raw::open(&net);
     let mac = mac_text(VXLAN_MAC);
     net.backend_ok(&[
-        "--interface", "b0", "--vip", VIP4, "--decap", "vxlan", "--vxlan-vni", "42", "--vxlan-mac",
-        &mac, "--vxlan-dev", "vx42",
+        "--interface",
+        "b0",
+        "--vip",
+        VIP4,
+        "--decap",
+        "vxlan",
+        "--vxlan-vni",
+        "42",
+        "--vxlan-mac",
+        &mac,
+        "--vxlan-dev",
+        "vx42",
     ]);
     let listener = net.run_in(&net.be, || {
         TcpListener::bind((VIP4.parse::<IpAddr>().unwrap(), PORT)).unwrap()
@@ -528,8 +657,18 @@ fn bad_arguments_are_explained() {
     let out = net.backend(&["--interface", "nosuch0", "--vip", VIP4]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nosuch0") && err.contains("no such interface"), "{err}");
-    let out = net.backend(&["--interface", "b0", "--decap", "vxlan", "--vxlan-mac", "01:00:00:00:00:01"]);
+    assert!(
+        err.contains("nosuch0") && err.contains("no such interface"),
+        "{err}"
+    );
+    let out = net.backend(&[
+        "--interface",
+        "b0",
+        "--decap",
+        "vxlan",
+        "--vxlan-mac",
+        "01:00:00:00:00:01",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("multicast"));
     let out = net.backend(&["--vip", VIP4]);
