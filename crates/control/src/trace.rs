@@ -48,6 +48,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// Records a [`TraceLog`] keeps unless told otherwise.
+pub const DEFAULT_CAPACITY: usize = 1024;
+
 /// The 16 bytes a probe's TCP/UDP payload starts with.
 pub const PROBE_MAGIC: [u8; 16] = *b"FLOWPLANE-TRACE1";
 /// Length of a probe payload from [`probe_payload`]: magic and id.
@@ -238,8 +241,8 @@ pub fn hostname() -> String {
 }
 
 impl TraceLog {
-    /// A log keeping the last `capacity` records, writing each to standard error as
-    /// `flowplane trace: {json}`, naming this host.
+    /// A log keeping the last `capacity` records (see [`DEFAULT_CAPACITY`]), writing each to
+    /// standard error as `flowplane trace: {json}`, naming this host.
     pub fn new(capacity: usize) -> Arc<TraceLog> {
         TraceLog::with_sink(
             capacity,

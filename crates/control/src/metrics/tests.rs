@@ -435,6 +435,9 @@ fn render_is_valid_and_complete() {
         uptime: Duration::from_millis(12_500),
     };
     let text = render(&view);
+    if std::env::var_os("FP_PRINT_METRICS").is_some() {
+        println!("{text}");
+    }
     let p = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
 
     let web = s2.vips[0].name.as_str();
@@ -622,6 +625,25 @@ fn render_is_valid_and_complete() {
     // Every family has HELP and TYPE, every counter ends in _total (checked by the parser).
     assert!(p.families.values().all(|f| f.help && !f.kind.is_empty()));
     assert!(p.families.len() >= 40, "{}", p.families.len());
+
+    // The operator's reference documents every family and every drop reason.
+    let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
+    let doc = std::fs::read_to_string(doc_path).expect("docs/operations.md");
+    for name in p.families.keys() {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/operations.md lacks {name}"
+        );
+    }
+    for (n, l, _) in &p.samples {
+        if n == "flowplane_drops_total" {
+            let r = &l["reason"];
+            assert!(
+                doc.contains(&format!("`{r}`")),
+                "docs/operations.md lacks reason {r}"
+            );
+        }
+    }
 }
 
 #[test]
