@@ -728,19 +728,22 @@ fn sweep(a: &FlowstateArgs, rep: &mut Report, plots: &mut Plots, which: Sweep) -
     let base_packets: u64 = if quick { 300_000 } else { 2_000_000 };
     let (xs, case, xlabel): (Vec<f64>, &str, &str) = match which {
         Sweep::TableSize => (
-            sizes.iter().map(|&s| s as f64).collect(),
+            sizes.iter().map(|&s| (s as f64).log2()).collect(),
             "size",
-            "cuckoo slots per array",
+            "log2(cuckoo slots per array)",
         ),
         Sweep::Expiry => (
-            expiries.iter().map(|&e| e as f64 / 1000.0).collect(),
+            expiries
+                .iter()
+                .map(|&e| (e as f64 / 1000.0).log10())
+                .collect(),
             "expiry",
-            "expiry timeout (us)",
+            "log10(expiry timeout in us)",
         ),
         Sweep::OrderingSize => (
-            sizes.iter().map(|&s| s as f64).collect(),
+            sizes.iter().map(|&s| (s as f64).log2()).collect(),
             "ordering",
-            "ordering cells",
+            "log2(ordering cells)",
         ),
     };
     for (w, name) in workloads().into_iter().take(3) {
@@ -969,21 +972,21 @@ impl Plots {
                 "fig5",
                 &self.size_gbps,
                 &self.size_swaps,
-                "cuckoo slots per array",
+                "log2(cuckoo slots per array)",
             ),
             (
                 "expiry",
                 "fig6",
                 &self.exp_gbps,
                 &self.exp_swaps,
-                "expiry timeout (us)",
+                "log10(expiry timeout in us)",
             ),
             (
                 "ordering",
                 "fig7",
                 &self.ord_gbps,
                 &self.ord_swaps,
-                "ordering cells",
+                "log2(ordering cells)",
             ),
         ];
         for (case, fig, g, s, xl) in sweeps {
