@@ -61,8 +61,12 @@ pub struct SetsepArgs {
     pub lookups: Option<usize>,
 }
 
-/// Table 1 of the fragment: (setting, value bits, threads, Mkeys/s, fallback %, MB, bits/key).
-const PAPER_TABLE1: [((u8, u8), u8, usize, f64, f64, f64, f64); 8] = [
+/// A row of the fragment's Table 1: (setting x+y, value bits, threads, Mkeys/s, fallback %, MB,
+/// bits/key).
+type PaperRow = ((u8, u8), u8, usize, f64, f64, f64, f64);
+
+/// Table 1 of the fragment.
+const PAPER_TABLE1: [PaperRow; 8] = [
     ((16, 8), 1, 1, 0.54, 0.0, 16.0, 2.0),
     ((8, 16), 1, 1, 2.42, 1.15, 16.64, 2.08),
     ((16, 16), 1, 1, 2.47, 0.0, 20.0, 2.5),
@@ -96,11 +100,11 @@ fn keys_values(n: usize, vbits: u8, seed: u64) -> (Vec<u64>, Vec<u16>) {
 }
 
 fn fmt_keys(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
-    } else if n >= 1_000_000 && n % 1_000_000 == 0 {
+    } else if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
         format!("{}M", n / 1_000_000)
-    } else if n >= 1000 && n % 1000 == 0 {
+    } else if n >= 1000 && n.is_multiple_of(1000) {
         format!("{}K", n / 1000)
     } else {
         n.to_string()
@@ -152,11 +156,10 @@ fn table1(a: &SetsepArgs, report: &mut Report, bits: &mut HashMap<u8, f64>) -> R
     // sux is built once per (value bits, threads).
     let mut sux: HashMap<(u8, usize), (f64, f64)> = HashMap::new();
     for &((x, y), v, paper_threads, p_rate, p_fb, p_mb, p_bits) in &PAPER_TABLE1 {
+        // The paper's 16-thread row runs with every core this machine has (`threads` in the
+        // record says how many); on a 1-core machine the multi-thread rows are skipped.
         let threads = paper_threads.min(cores);
-        if paper_threads > 2 && threads == paper_threads.min(2) && paper_threads != threads {
-            // The 16-thread row runs with every core this machine has (reported as such).
-        }
-        if paper_threads > cores && cores < 2 {
+        if paper_threads > 1 && cores < 2 {
             continue;
         }
         let (keys, vals) = keys_values(n, v, a.common.seed);
@@ -302,10 +305,10 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
         s <<= 1;
     }
     let batches = [1usize, 2, 4, 8, 16, 17, 32];
-    let reps = if a.common.quick { 2 } else { 3 };
+    let reps = if a.common.quick { 2 } else { 5 };
     let cores = std::thread::available_parallelism().map_or(1, |x| x.get());
     report.note(&format!(
-        "Fig 7: lookups, 2-bit values, 16+8, {} random member keys per point, best of {reps}",
+        "Fig 7: lookups, 2-bit values, 16+8, {} random member keys per point, best of {reps} interleaved rounds",
         fmt_keys(lookups)
     ));
     let mut series: Vec<Series> = batches
@@ -322,12 +325,25 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
             .map(|i| keys[(fp_hash::splitmix64(i ^ 0xF167) % n as u64) as usize])
             .collect();
         let f = SuxVFunc::build(&keys, &vals, cores).map_err(|e| anyhow!(e))?;
-        let sux = sux_mops(&f, &probe, reps);
         let st = table.stats();
         let sux_bits = f.bytes() as f64 * 8.0 / n as f64;
-        drop(f);
         drop(keys);
         drop(vals);
+        // Repetitions are interleaved (every batch size and the peer once per round, best of the
+        // rounds), so a burst of load from another job on the shared machine hits one round of
+        // every series instead of all rounds of one.
+        let mut best = vec![0f64; batches.len()];
+        let (mut sux, mut total) = (0f64, 0f64);
+        for _ in 0..reps {
+            sux = sux.max(sux_mops(&f, &probe, 1));
+            for (i, &b) in batches.iter().enumerate() {
+                best[i] = best[i].max(lookup_mops(&table, &probe, b, 1));
+            }
+            if cores > 1 {
+                total = total.max(lookup_mops_threads(&table, &probe, 32, cores));
+            }
+        }
+        drop(f);
         report.add(
             Record::lower("lookup_table_bits_per_key", st.bits_per_key(), "bits")
                 .param("keys", n)
@@ -335,10 +351,9 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
                 .peer("sux-vfunc", sux_bits),
         )?;
         for (i, &b) in batches.iter().enumerate() {
-            let m = lookup_mops(&table, &probe, b, reps);
-            series[i].points.push((n as f64, m));
+            series[i].points.push((n as f64, best[i]));
             report.add(
-                Record::higher("lookup", m, "Mops")
+                Record::higher("lookup", best[i], "Mops")
                     .param("keys", n)
                     .param("batch", b)
                     .param("threads", 1)
@@ -347,10 +362,9 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
         }
         sux_series.points.push((n as f64, sux));
         if cores > 1 {
-            let m = lookup_mops_threads(&table, &probe, 32, cores);
-            two.points.push((n as f64, m));
+            two.points.push((n as f64, total));
             report.add(
-                Record::higher("lookup_total", m, "Mops")
+                Record::higher("lookup_total", total, "Mops")
                     .param("keys", n)
                     .param("batch", 32)
                     .param("threads", cores),
@@ -492,7 +506,14 @@ struct ClusterResult {
     drops: u64,
 }
 
-fn cluster_case(mode: Mode, nodes: u8, n: usize, packets: u64, seed: u64) -> Result<ClusterResult> {
+fn cluster_case(
+    mode: Mode,
+    nodes: u8,
+    n: usize,
+    packets: u64,
+    reps: usize,
+    seed: u64,
+) -> Result<ClusterResult> {
     let es = cluster_entries(n, nodes, seed);
     let stamps = Arc::new(AtomicU64::new(0));
     let per_node = packets / nodes as u64;
@@ -521,9 +542,21 @@ fn cluster_case(mode: Mode, nodes: u8, n: usize, packets: u64, seed: u64) -> Res
     cfg.seed = seed;
     let (mut c, _ctl) = fp_cluster::build(&cfg, &es, ports)?;
     drop(es);
-    let t = Instant::now();
-    c.run_until_idle(usize::MAX);
-    let secs = t.elapsed().as_secs_f64();
+    // Best of `reps` passes of `packets` frames (the machine is shared; the build dominates the
+    // case's time, so repeating the traffic is cheap).
+    let mut best = 0f64;
+    for rep in 0..reps {
+        if rep > 0 {
+            for node in &mut c.nodes {
+                node.port.add_limit(per_node);
+            }
+        }
+        let before = c.counters().emitted;
+        let t = Instant::now();
+        c.run_until_idle(usize::MAX);
+        let secs = t.elapsed().as_secs_f64();
+        best = best.max((c.counters().emitted - before) as f64 / secs / 1e6);
+    }
     let cn = c.counters();
     let emitted = cn.emitted;
     let mut mem = 0usize;
@@ -539,7 +572,7 @@ fn cluster_case(mode: Mode, nodes: u8, n: usize, packets: u64, seed: u64) -> Res
     }
     let hops: u64 = c.nodes.iter().map(|x| x.port.sink.hops()).sum();
     Ok(ClusterResult {
-        mpps: emitted as f64 / secs / 1e6,
+        mpps: best,
         hops: hops as f64 / emitted.max(1) as f64,
         mem_node: mem as f64 / nodes as f64 / MIB,
         fib_mem_node: fib as f64 / nodes as f64 / MIB,
@@ -560,9 +593,10 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
         sizes.push(s);
         s <<= 1;
     }
-    let packets: u64 = if a.common.quick { 200_000 } else { 2_000_000 };
+    let packets: u64 = if a.common.quick { 200_000 } else { 1_000_000 };
+    let reps = if a.common.quick { 1 } else { 3 };
     report.note(&format!(
-        "cluster: {FRAME}-byte frames to uniformly random known MACs, {packets} per case, all nodes stepped on one thread (Mpps = packets per second of one core doing every node's work)"
+        "cluster: {FRAME}-byte frames to uniformly random known MACs, best of {reps} passes of {packets}, all nodes stepped on one thread (Mpps = packets per second of one core doing every node's work)"
     ));
     let modes = [Mode::Duplicate, Mode::HashPartition, Mode::ScaleBricks];
     let mut mpps_series: Vec<Series> = vec![];
@@ -573,7 +607,7 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
             let mut pm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
             let mut mm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
             for &n in &sizes {
-                let r = cluster_case(mode, nodes, n, packets, a.common.seed)?;
+                let r = cluster_case(mode, nodes, n, packets, reps, a.common.seed)?;
                 if r.drops != 0 {
                     return Err(anyhow!(
                         "{} n={nodes} {n}: {} frames dropped",
