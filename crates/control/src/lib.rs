@@ -2,9 +2,9 @@
 //! shutdown signals, and the packet tracer.
 //!
 //! Layer: **control** (see `DESIGN.md`). Nothing here runs on the per-packet path except
-//! [`trace::PacketTracer::wants`], which the workers call for packets matched to a VIP while a
-//! tracer is installed, and which costs a few header reads and two 8-byte compares for an ordinary
-//! packet. Everything else runs on its own threads and talks to the balancer's control loop
+//! `wants` of [`trace::PacketTracer`], which the workers call for packets matched to a VIP while
+//! a tracer is installed, and which costs a few header reads and two 8-byte compares for an
+//! ordinary packet. Everything else runs on its own threads and talks to the balancer's control loop
 //! through plain values: health *events* on a channel, a [`metrics::MetricsView`] to render, an
 //! [`admin::AdminHandler`] the balancer implements, flags set by signals.
 //!

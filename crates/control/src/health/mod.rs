@@ -5,7 +5,8 @@
 //!
 //! [`plan`] turns a validated [`LbConfig`] into one check per distinct backend address:
 //!
-//! * Only backends that serve some VIP are checked (a pool no VIP uses carries no traffic).
+//! * Only pools that serve some VIP (directly or nested in a pool that does) contribute checks; a
+//!   pool no VIP uses carries no traffic and its check is not run.
 //! * A pool's check applies to every backend reachable from the pool, nested pools included.
 //! * **Deduplication** (§2.2: "health checks are deduplicated by IP addresses"): an address gets
 //!   exactly one check stream, however many pools hold it. If pools holding the same address
@@ -140,9 +141,15 @@ pub fn plan(cfg: &LbConfig) -> Result<Plan, HealthError> {
     let mut checks: Vec<PlannedCheck> = Vec::new();
     let mut index: HashMap<IpAddr, usize> = HashMap::new();
     let mut conflicts = Vec::new();
+    // Pools that serve some VIP, directly or nested (`VipSpec::pools` lists both).
+    let used: HashSet<&str> = cfg
+        .vips
+        .iter()
+        .flat_map(|v| v.pools.iter().map(String::as_str))
+        .collect();
     for pool in &cfg.pools {
         let Some(h) = &pool.health else { continue };
-        if !pool.backends.iter().any(|b| serving.contains(&b.address)) {
+        if !used.contains(pool.name.as_str()) {
             continue;
         }
         let field = format!("pool {:?}.health.port", pool.name);

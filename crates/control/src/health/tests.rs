@@ -136,8 +136,8 @@ fn plan_dedups_by_address_and_resolves_ports() {
         backends = [{ address = "10.0.1.3" }]
         [[pool]]
         name = "unused"
-        backends = [{ address = "10.0.9.9" }]
-        health = { kind = "tcp", port = 1 }
+        backends = [{ address = "10.0.9.9" }, { address = "10.0.1.3" }]
+        health = { kind = "tcp" }
         "#,
         r#""a", "b", "c""#,
     );
@@ -145,8 +145,31 @@ fn plan_dedups_by_address_and_resolves_ports() {
     let addrs: Vec<IpAddr> = p.checks.iter().map(|c| c.address).collect();
     assert_eq!(addrs, vec![ip("10.0.1.1"), ip("10.0.1.2")]);
     assert!(p.checks.iter().all(|c| c.port == 80 && c.pool == "a"));
+    // 10.0.1.3 is also in "unused", whose check does not run: no VIP uses that pool.
     assert_eq!(p.unchecked, vec![ip("10.0.1.3")]);
     assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+
+    // Nested: the VIP uses "outer", which nests the checked pool "inner".
+    let cfg = config(
+        r#"
+        [[pool]]
+        name = "inner"
+        backends = [{ address = "10.0.1.1" }]
+        health = { kind = "http", port = 8080 }
+        [[pool]]
+        name = "outer"
+        pools = ["inner"]
+        backends = [{ address = "10.0.1.2" }]
+        "#,
+        r#""outer""#,
+    );
+    let p = plan(&cfg).unwrap();
+    assert_eq!(p.checks.len(), 1);
+    assert_eq!(
+        (p.checks[0].address, p.checks[0].port),
+        (ip("10.0.1.1"), 8080)
+    );
+    assert_eq!(p.unchecked, vec![ip("10.0.1.2")]);
 
     // Different checks for one address: the first pool's wins, the conflict is reported.
     let cfg = config(
