@@ -122,6 +122,6 @@ pub mod trace;
 
 pub use admin::{AdminHandler, AdminOptions, AdminServer};
 pub use health::{BackendHealth, HealthEvent, HealthMonitor, HealthOptions};
-pub use metrics::{render, MaglevChanges, MetricsView, WorkerMetrics};
+pub use metrics::{render, MaglevChanges, MetricsView, WorkerGauges, WorkerMetrics};
 pub use signal::{ReloadSignal, TerminateSignal};
 pub use trace::{probe_payload, PacketTracer, TraceLog, TracerConfig};

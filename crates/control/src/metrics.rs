@@ -15,10 +15,12 @@
 use crate::health::BackendHealth;
 use crate::trace::TraceCounts;
 use fp_pipeline::config::VipMatch;
+use fp_pipeline::lb::LbWorker;
 use fp_pipeline::snapshot::Snapshot;
-use fp_pipeline::stats::{Outcome, Totals};
+use fp_pipeline::stats::{Outcome, Totals, WorkerStats};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Figures of one worker that are not counters of [`Totals`].
@@ -36,6 +38,56 @@ pub struct WorkerMetrics {
     pub held_fragments: usize,
     /// Generation of the snapshot the worker forwards with.
     pub generation: u64,
+}
+
+/// Per-worker gauges a worker thread publishes for the metrics reader: the worker owns its
+/// connection tables, so it copies their sizes here now and then (relaxed stores of six words —
+/// call [`WorkerGauges::publish`] every few hundred bursts or every ~100 ms, not per packet).
+#[derive(Debug, Default)]
+pub struct WorkerGauges {
+    conns4: AtomicU64,
+    conns6: AtomicU64,
+    slots4: AtomicU64,
+    slots6: AtomicU64,
+    held: AtomicU64,
+    generation: AtomicU64,
+}
+
+impl WorkerGauges {
+    /// Gauges at zero.
+    pub fn new() -> WorkerGauges {
+        WorkerGauges::default()
+    }
+
+    /// Copy `worker`'s table sizes and snapshot generation (called by the worker's own thread).
+    pub fn publish(&self, worker: &LbWorker) {
+        let (c4, c6) = worker.connections();
+        let (s4, s6) = worker.connection_slots();
+        self.conns4.store(c4 as u64, Relaxed);
+        self.conns6.store(c6 as u64, Relaxed);
+        self.slots4.store(s4 as u64, Relaxed);
+        self.slots6.store(s6 as u64, Relaxed);
+        self.held.store(worker.held_fragments() as u64, Relaxed);
+        self.generation.store(worker.generation(), Relaxed);
+    }
+
+    /// The worker's figures for [`MetricsView::workers`]: these gauges and `stats`' burst sizes.
+    pub fn metrics(&self, worker: usize, stats: &WorkerStats) -> WorkerMetrics {
+        WorkerMetrics {
+            worker,
+            bursts: stats.bursts(),
+            connections: (
+                self.conns4.load(Relaxed) as usize,
+                self.conns6.load(Relaxed) as usize,
+            ),
+            connection_slots: (
+                self.slots4.load(Relaxed) as usize,
+                self.slots6.load(Relaxed) as usize,
+            ),
+            held_fragments: self.held.load(Relaxed) as usize,
+            generation: self.generation.load(Relaxed),
+        }
+    }
 }
 
 /// Configuration reloads so far.

@@ -677,3 +677,34 @@ fn label_escaping() {
     assert_eq!(escape_label("x\ny"), "x\\ny");
     assert_eq!(escape_help("h\\n\nx"), "h\\\\n\\nx");
 }
+
+#[test]
+fn worker_gauges_carry_table_sizes() {
+    let cfg = Arc::new(
+        LbConfig::from_toml(&CFG.replace(
+            "maglev_size = 1009",
+            "maglev_size = 1009\n    conn_table_capacity = 1000",
+        ))
+        .unwrap(),
+    );
+    let snaps = Arc::new(fp_pipeline::snapshot::Published::new(Arc::new(
+        Builder::new().build(cfg).unwrap(),
+    )));
+    let mut worker = fp_pipeline::lb::LbWorker::new(0, snaps, 1).unwrap();
+    let gauges = WorkerGauges::new();
+    let frame = fp_pipeline::craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
+    let mut pool = fp_pipeline::packet::Pool::new(8);
+    let (mut rx, mut tx) = (fp_pipeline::packet::burst(), fp_pipeline::packet::burst());
+    let mut p = pool.get().unwrap();
+    p.fill(&frame);
+    rx.push(p);
+    worker.process(&mut rx, &mut tx, &mut pool, 1_000_000);
+    assert_eq!(tx.len(), 1);
+    gauges.publish(&worker);
+    let m = gauges.metrics(0, worker.stats());
+    assert_eq!(m.connections, (1, 0));
+    assert_eq!(m.connection_slots, worker.connection_slots());
+    assert!(m.connection_slots.0 >= 1000);
+    assert_eq!(m.generation, worker.generation());
+    assert_eq!(m.bursts[1], 1);
+}
