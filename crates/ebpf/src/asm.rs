@@ -612,7 +612,16 @@ fn src_text(i: &Insn) -> String {
     if i.code & SRC_X != 0 {
         reg(i.src)
     } else {
-        format!("{}", i.imm)
+        imm_text(i.imm)
+    }
+}
+
+/// Small immediates in decimal, larger ones (ethertypes, masks) in hex.
+fn imm_text(v: i32) -> String {
+    if (-128..128).contains(&v) {
+        format!("{v}")
+    } else {
+        format!("{:#x}", v as u32)
     }
 }
 
@@ -658,7 +667,7 @@ fn format_one(pc: usize, i: &Insn) -> String {
                     let s = if i.code & SRC_X != 0 {
                         format!("{w}{}", i.src)
                     } else {
-                        format!("{}", i.imm)
+                        imm_text(i.imm)
                     };
                     format!("{w}{} {} {s}", i.dst, Alu::symbol(op), s = s)
                 }
