@@ -51,6 +51,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod gen;
+pub mod live;
 pub mod mem;
 pub mod pcap;
 pub mod runner;

@@ -1,4 +1,4 @@
-//! The OS calls the I/O layer makes outside the port implementations: CPU pinning.
+//! The OS calls the I/O layer makes outside the port implementations: CPU pinning, the clock.
 #![allow(unsafe_code)]
 
 /// Pin the calling thread to `cpu` (modulo the online CPU count). Best effort: returns false if the
@@ -14,4 +14,15 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
         libc::CPU_SET(cpu % n, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock the ports stamp received packets with).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

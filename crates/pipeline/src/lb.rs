@@ -102,6 +102,8 @@ pub struct LbWorker {
     ident: u16,
     sweep4: usize,
     sweep6: usize,
+    /// Connection-table slots (IPv4, IPv6), fixed at construction.
+    slots: (usize, usize),
     pending: Vec<Pending>,
     keys4: Vec<[u8; 13]>,
     keys6: Vec<[u8; 37]>,
@@ -144,6 +146,8 @@ impl LbWorker {
         );
         let stats = Arc::new(WorkerStats::new(b.max_vips, b.max_backends));
         let idle_ms = b.conn_idle_timeout_ms;
+        let slots = (conn4.stats().slots, conn6.stats().slots);
+        stats.set_occupancy((0, 0), slots);
         Ok(LbWorker {
             id,
             snap,
@@ -156,6 +160,7 @@ impl LbWorker {
             ident: 0,
             sweep4: 0,
             sweep6: 0,
+            slots,
             pending: Vec::with_capacity(crate::packet::MAX_BURST),
             keys4: Vec::with_capacity(crate::packet::MAX_BURST),
             keys6: Vec::with_capacity(crate::packet::MAX_BURST),
@@ -184,7 +189,7 @@ impl LbWorker {
 
     /// Connection-table sizes in slots (IPv4, IPv6).
     pub fn connection_slots(&self) -> (usize, usize) {
-        (self.conn4.stats().slots, self.conn6.stats().slots)
+        self.slots
     }
 
     /// Fragments currently held waiting for their first fragment.
@@ -458,6 +463,7 @@ impl LbWorker {
             pool.put_all(expired);
         }
         self.expire(now_ms, SWEEP_BUCKETS);
+        self.stats.set_occupancy(self.connections(), self.slots);
     }
 
     /// Advance the connection-expiry sweep by `buckets` buckets of each table. The runner calls
@@ -469,6 +475,7 @@ impl LbWorker {
         self.stats
             .count(Outcome::FragExpired, self.expired.len() as u64);
         pool.put_all(&mut self.expired);
+        self.stats.set_occupancy(self.connections(), self.slots);
     }
 
     fn expire(&mut self, now_ms: u32, buckets: usize) {

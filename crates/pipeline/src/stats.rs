@@ -26,6 +26,12 @@ impl Counter {
         self.add(1)
     }
 
+    /// Set the value (gauges; only the owning worker calls this).
+    #[inline(always)]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
     /// Current value.
     #[inline]
     pub fn get(&self) -> u64 {
@@ -107,6 +113,9 @@ pub struct WorkerStats {
     bursts: [Counter; crate::packet::MAX_BURST + 1],
     vip: Box<[TrafficCounters]>,
     backend: Box<[TrafficCounters]>,
+    /// Gauges: tracked connections and table slots, IPv4 then IPv6.
+    conns: [Counter; 2],
+    slots: [Counter; 2],
 }
 
 /// Packets, bytes and new connections of one VIP or backend.
@@ -131,6 +140,8 @@ impl WorkerStats {
             backend: (0..max_backends)
                 .map(|_| TrafficCounters::default())
                 .collect(),
+            conns: Default::default(),
+            slots: Default::default(),
         }
     }
 
@@ -162,6 +173,23 @@ impl WorkerStats {
     #[inline(always)]
     pub fn backend(&self, id: usize) -> Option<&TrafficCounters> {
         self.backend.get(id)
+    }
+
+    /// Record the connection tables' occupancy (IPv4 and IPv6 entries and slots).
+    #[inline]
+    pub fn set_occupancy(&self, conns: (usize, usize), slots: (usize, usize)) {
+        self.conns[0].set(conns.0 as u64);
+        self.conns[1].set(conns.1 as u64);
+        self.slots[0].set(slots.0 as u64);
+        self.slots[1].set(slots.1 as u64);
+    }
+
+    /// Connection tables' occupancy: ((IPv4 entries, IPv6 entries), (IPv4 slots, IPv6 slots)).
+    pub fn occupancy(&self) -> ((u64, u64), (u64, u64)) {
+        (
+            (self.conns[0].get(), self.conns[1].get()),
+            (self.slots[0].get(), self.slots[1].get()),
+        )
     }
 
     /// Value of an outcome counter.

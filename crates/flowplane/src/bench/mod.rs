@@ -27,6 +27,7 @@ pub mod lb;
 pub mod maglev;
 pub mod plot;
 pub mod setsep;
+pub mod switch;
 
 /// Options every benchmark accepts.
 #[derive(Args, Clone, Debug, Default)]
@@ -56,6 +57,8 @@ pub enum BenchCmd {
     /// The load balancer's data path per worker: SYN, non-SYN and constant 5-tuple traffic with 1M and
     /// 10M tracked connections, against a parse-and-emit baseline (Maglev Fig 9).
     Lb(lb::LbArgs),
+    /// CuckooSwitch forwarding: Mpps vs FIB size with the factor analysis, vs FIB update rate.
+    Switch(switch::SwitchArgs),
     /// SetSep partition table and the ScaleBricks cluster.
     Setsep(setsep::SetsepArgs),
     /// Maglev hashing: balance, disruption, population time vs Karger and rendezvous.
@@ -68,6 +71,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Fib(a) => fib::run(a),
         BenchCmd::Lb(a) => lb::run(a),
+        BenchCmd::Switch(a) => switch::run(a),
         BenchCmd::Flowcache(a) => flowcache::run(a),
         BenchCmd::Setsep(a) => setsep::run(a),
         BenchCmd::Maglev(a) => maglev::run(a),
