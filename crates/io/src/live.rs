@@ -71,12 +71,12 @@ pub enum LiveError {
     Interface(String, std::io::Error),
 }
 
-/// One worker's port.
+/// One worker's port. (Boxed: the two sockets differ much in size, and a port is moved once.)
 pub enum LivePort {
     /// An AF_PACKET socket of the fan-out group.
-    Packet(AfPacketPort),
+    Packet(Box<AfPacketPort>),
     /// An AF_XDP socket on one queue.
-    Xdp(AfXdpPort),
+    Xdp(Box<AfXdpPort>),
 }
 
 impl LivePort {
@@ -94,8 +94,8 @@ impl LivePort {
 
     fn port(&mut self) -> &mut dyn Port {
         match self {
-            LivePort::Packet(p) => p,
-            LivePort::Xdp(p) => p,
+            LivePort::Packet(p) => &mut **p,
+            LivePort::Xdp(p) => &mut **p,
         }
     }
 }
@@ -145,7 +145,10 @@ pub fn open(spec: &LiveSpec, vips: &[IpAddr]) -> Result<LivePorts, LiveError> {
                 ports[0].fanout_group()
             );
             Ok(LivePorts {
-                ports: ports.into_iter().map(LivePort::Packet).collect(),
+                ports: ports
+                    .into_iter()
+                    .map(|p| LivePort::Packet(Box::new(p)))
+                    .collect(),
                 vips: None,
                 description,
             })
@@ -170,13 +173,19 @@ pub fn open(spec: &LiveSpec, vips: &[IpAddr]) -> Result<LivePorts, LiveError> {
                 ports[0].info()
             );
             Ok(LivePorts {
-                ports: ports.into_iter().map(LivePort::Xdp).collect(),
+                ports: ports
+                    .into_iter()
+                    .map(|p| LivePort::Xdp(Box::new(p)))
+                    .collect(),
                 vips: Some(vc),
                 description,
             })
         }
     }
 }
+
+/// Makes the tracer of worker `i`.
+pub type TracerFactory = Box<dyn Fn(usize) -> Box<dyn Tracer> + Send + Sync>;
 
 /// Settings of the worker threads.
 pub struct WorkerOptions {
@@ -185,7 +194,7 @@ pub struct WorkerOptions {
     /// Pin worker `i` to CPU `i`.
     pub pin: bool,
     /// Makes a tracer for worker `i`, if tracing is wanted.
-    pub tracer: Option<Box<dyn Fn(usize) -> Box<dyn Tracer> + Send + Sync>>,
+    pub tracer: Option<TracerFactory>,
 }
 
 /// Running workers.
