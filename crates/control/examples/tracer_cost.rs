@@ -50,20 +50,37 @@ fn main() {
         (f, k)
     })
     .collect();
+    let names = [
+        "tcp4 syn (54 B)",
+        "tcp4 ack (54 B)",
+        "tcp6 ack (74 B)",
+        "udp4 1400 B payload",
+        "udp6 64 B payload",
+        "udp4 24 B payload",
+    ];
     let log = TraceLog::with_sink(16, "bench".into(), None);
     let mut tracer = log.tracer(TracerConfig::default());
     let mut never = Never;
     let rounds = 2_000_000;
     // Warm up, then alternate three times and keep the best of each.
     run(&mut tracer, &frames, rounds / 10);
-    let (mut ours, mut base) = (f64::MAX, f64::MAX);
-    for _ in 0..3 {
-        ours = ours.min(run(&mut tracer, &frames, rounds));
-        base = base.min(run(&mut never, &frames, rounds));
-    }
+    let best = |t: &mut dyn Tracer, f: &[(Vec<u8>, FlowKey)], r: usize| {
+        (0..3).map(|_| run(t, f, r)).fold(f64::MAX, f64::min)
+    };
     println!(
-        "PacketTracer::wants on ordinary packets: {ours:.2} ns/packet; a tracer that always says \
-         no: {base:.2} ns/packet; difference {:.2} ns",
+        "{:<22} {:>12} {:>14} {:>8}",
+        "frames", "wants ns", "always-no ns", "diff"
+    );
+    let ours = best(&mut tracer, &frames, rounds);
+    let base = best(&mut never, &frames, rounds);
+    println!(
+        "{:<22} {ours:>12.2} {base:>14.2} {:>8.2}",
+        "mix of all six",
         ours - base
     );
+    for (name, f) in names.iter().zip(frames.chunks(1)) {
+        let ours = best(&mut tracer, f, rounds * 6);
+        let base = best(&mut never, f, rounds * 6);
+        println!("{name:<22} {ours:>12.2} {base:>14.2} {:>8.2}", ours - base);
+    }
 }

@@ -79,10 +79,27 @@ fn u64_ne_at(f: &[u8], i: usize) -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// The shortest probe frame: Ethernet, IPv4, UDP, marker and id.
+const MIN_PROBE_FRAME: usize = 14 + 20 + 8 + PROBE_LEN;
+
 /// If `frame` (an Ethernet frame) is a probe, its id. Cheap for ordinary packets; never panics.
 #[inline]
 pub fn probe_id(frame: &[u8]) -> Option<u64> {
-    // Ethernet, up to two VLAN tags.
+    // Most ordinary packets stop here (pure ACKs and SYNs are shorter) or at the magic compare.
+    if frame.len() < MIN_PROBE_FRAME {
+        return None;
+    }
+    match u16::from_be_bytes([frame[12], frame[13]]) {
+        t @ (0x0800 | 0x86dd) => probe_at(frame, 14, t),
+        0x8100 | 0x88a8 => probe_tagged(frame),
+        _ => None,
+    }
+}
+
+/// Behind one or two VLAN tags.
+#[cold]
+#[inline(never)]
+fn probe_tagged(frame: &[u8]) -> Option<u64> {
     let mut off = 12;
     let mut ethertype = u16_at(frame, off)?;
     let mut tags = 0;
@@ -91,7 +108,12 @@ pub fn probe_id(frame: &[u8]) -> Option<u64> {
         tags += 1;
         ethertype = u16_at(frame, off)?;
     }
-    off += 2;
+    probe_at(frame, off + 2, ethertype)
+}
+
+/// The IP packet starts at `off`.
+#[inline(always)]
+fn probe_at(frame: &[u8], off: usize, ethertype: u16) -> Option<u64> {
     // IP: find the transport header and the end of the datagram.
     let (proto, l4, end) = match ethertype {
         0x0800 => {

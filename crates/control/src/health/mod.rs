@@ -316,7 +316,10 @@ pub struct HealthMonitor {
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl HealthMonitor {
-    /// Start checking the backends of `cfg`. State changes arrive on the returned receiver.
+    /// Start checking the backends of `cfg`. State changes arrive on the returned receiver; the
+    /// initial states ([`HealthOptions::initial_healthy`] for checked backends, healthy for
+    /// unchecked ones) are in [`HealthMonitor::states`] — apply them to the snapshot builder before
+    /// the first build if `initial_healthy` is `false` (the builder starts backends healthy).
     pub fn start(
         cfg: &LbConfig,
         opts: HealthOptions,
