@@ -684,23 +684,26 @@ where
             sys::pin_to_cpu(1);
             let start = Instant::now();
             let (mut done, mut next_new, mut oldest) = (0u64, n, 0u64);
+            // Entries to remove, oldest first: the churn range, then what this writer inserted.
+            let victim = |k: u64| if k < churn { k } else { n + (k - churn) };
             while !stop.load(Ordering::Relaxed) {
                 let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
                 if done >= due {
-                    std::hint::spin_loop();
+                    // Sleep rather than spin: a spinning writer would take a whole core and push
+                    // everything else on this 2-CPU machine onto the reader's core.
+                    std::thread::sleep(std::time::Duration::from_micros(500));
                     continue;
                 }
-                if done % 2 == 0 {
-                    update(next_new, true)?;
-                    next_new += 1;
-                } else {
-                    update(oldest, false)?;
-                    oldest += 1;
-                    if oldest == churn {
-                        bail!("updates case ran out of churn keys");
+                while done < due {
+                    if done % 2 == 0 {
+                        update(next_new, true)?;
+                        next_new += 1;
+                    } else {
+                        update(victim(oldest), false)?;
+                        oldest += 1;
                     }
+                    done += 1;
                 }
-                done += 1;
             }
             Ok(done as f64 / start.elapsed().as_secs_f64())
         });
