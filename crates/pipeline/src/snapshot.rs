@@ -214,6 +214,8 @@ impl Snapshot {
 pub struct Builder {
     ids: HashMap<IpAddr, u32>,
     health: HashMap<IpAddr, bool>,
+    neighbors: HashMap<IpAddr, MacAddr>,
+    local_mac: Option<MacAddr>,
     generation: u64,
 }
 
@@ -247,6 +249,22 @@ impl Builder {
     /// Mark a backend up or down. Returns whether this changed anything.
     pub fn set_health(&mut self, addr: IpAddr, healthy: bool) -> bool {
         self.health.insert(addr, healthy) != Some(healthy)
+    }
+
+    /// Record the link-layer address of an on-link backend (from the kernel's neighbour table):
+    /// tunnelled packets to it are sent to that MAC instead of the gateway's. `None` forgets it.
+    /// Returns whether this changed anything.
+    pub fn set_neighbor(&mut self, addr: IpAddr, mac: Option<MacAddr>) -> bool {
+        match mac {
+            Some(m) => self.neighbors.insert(addr, m) != Some(m),
+            None => self.neighbors.remove(&addr).is_some(),
+        }
+    }
+
+    /// Use `mac` as the source MAC of every packet sent (the interface's own address), instead of
+    /// the configured `balancer.mac`.
+    pub fn set_local_mac(&mut self, mac: MacAddr) -> bool {
+        self.local_mac.replace(mac) != Some(mac)
     }
 
     /// Current health of an address (backends start healthy).
@@ -332,7 +350,14 @@ impl Builder {
             let mut encaps = vec![None; backends.len()];
             for s in &v.backends {
                 let bid = self.ids[&s.address];
-                let encap = encap_for(b, v.encap, s);
+                let local = self.local_mac.unwrap_or(b.mac);
+                let encap = encap_for(
+                    b,
+                    v.encap,
+                    s,
+                    self.neighbors.get(&s.address).copied(),
+                    local,
+                );
                 // L2 DSR rewrites MACs only: its recipe must never be used as a tunnel template.
                 let template = match v.encap {
                     EncapKind::L2Dsr => None,
@@ -388,6 +413,8 @@ fn encap_for(
     b: &crate::config::BalancerSpec,
     kind: EncapKind,
     s: &crate::config::BackendSpec,
+    neighbor: Option<MacAddr>,
+    local_mac: MacAddr,
 ) -> Encap {
     let ip = match s.address {
         IpAddr::V4(dst) => OuterIp::V4 {
@@ -401,9 +428,10 @@ fn encap_for(
             hop_limit: b.ttl,
         },
     };
+    // On-link backends get frames addressed to their own MAC; others go through the gateway.
     let l2_dst = match kind {
-        EncapKind::L2Dsr => s.mac.unwrap_or(b.gateway_mac),
-        _ => b.gateway_mac,
+        EncapKind::L2Dsr => s.mac.or(neighbor).unwrap_or(b.gateway_mac),
+        _ => neighbor.unwrap_or(b.gateway_mac),
     };
     let tunnel = match kind {
         EncapKind::Gre | EncapKind::L2Dsr => Tunnel::GRE,
@@ -411,14 +439,14 @@ fn encap_for(
         EncapKind::Vxlan { vni } => Tunnel::Vxlan {
             vni,
             dst_port: fp_wire::vxlan::UDP_PORT,
-            inner_src: b.mac,
+            inner_src: local_mac,
             inner_dst: s.mac.unwrap_or(MacAddr([0x02, 0, 0, 0, 0x42, 0x01])),
             udp_checksum: false,
         },
     };
     Encap {
         l2: OuterL2 {
-            src: b.mac,
+            src: local_mac,
             dst: l2_dst,
             vlan: None,
         },
@@ -621,6 +649,30 @@ mod tests {
         }
         let s4 = b.build(s3.config.clone()).unwrap();
         assert!(s4.vips[0].select(1).is_none());
+    }
+
+    #[test]
+    fn neighbors_and_local_mac_address_tunnelled_frames() {
+        let cfg = Arc::new(LbConfig::from_toml(CFG).unwrap());
+        let mut b = Builder::new();
+        let s = b.build(cfg.clone()).unwrap();
+        let gw = cfg.balancer.gateway_mac;
+        assert_eq!(s.encap(0, 0).unwrap().encap.l2.dst, gw);
+        let nmac = MacAddr([2, 0, 0, 0, 9, 1]);
+        assert!(b.set_neighbor(ip("10.0.1.1"), Some(nmac)));
+        assert!(!b.set_neighbor(ip("10.0.1.1"), Some(nmac)));
+        assert!(b.set_local_mac(MacAddr([2, 0, 0, 0, 9, 9])));
+        let s = b.build(cfg.clone()).unwrap();
+        let e = &s.encap(0, 0).unwrap().encap;
+        assert_eq!(e.l2.dst, nmac);
+        assert_eq!(e.l2.src, MacAddr([2, 0, 0, 0, 9, 9]));
+        assert_eq!(
+            s.encap(0, 1).unwrap().encap.l2.dst,
+            gw,
+            "other backends still via the gateway"
+        );
+        assert!(b.set_neighbor(ip("10.0.1.1"), None));
+        assert_eq!(b.build(cfg).unwrap().encap(0, 0).unwrap().encap.l2.dst, gw);
     }
 
     #[test]
