@@ -21,15 +21,51 @@ pub struct RunArgs {
     /// Load-balancer configuration (TOML).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Input capture (pcap, Ethernet or raw IP).
-    #[arg(long = "in", value_name = "IN.pcap")]
-    pub input: PathBuf,
-    /// Output capture: the encapsulated packets sent toward backends.
-    #[arg(long = "out", value_name = "OUT.pcap")]
-    pub output: PathBuf,
+    /// Offline: input capture (pcap, Ethernet or raw IP).
+    #[arg(
+        long = "in",
+        value_name = "IN.pcap",
+        requires = "output",
+        conflicts_with = "interface"
+    )]
+    pub input: Option<PathBuf>,
+    /// Offline: output capture, the encapsulated packets sent toward backends.
+    #[arg(long = "out", value_name = "OUT.pcap", requires = "input")]
+    pub output: Option<PathBuf>,
+    /// Live: balance the traffic of this interface (one-armed: packets to backends leave through
+    /// it too). Runs until SIGTERM/SIGINT; SIGHUP reloads the configuration.
+    #[arg(
+        long,
+        short = 'i',
+        value_name = "IF",
+        required_unless_present = "input"
+    )]
+    pub interface: Option<String>,
+    /// Live: socket kind, af_packet (TPACKET_V3 + fan-out) or af_xdp.
+    #[arg(long, default_value = "af_packet")]
+    pub driver: fp_io::live::Driver,
+    /// Live, AF_XDP: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto", value_parser = parse_xdp_mode)]
+    pub xdp_mode: fp_io::afxdp::ModeChoice,
+    /// Live: serve metrics, reload, trace and status over HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Live: do not pin worker i to CPU i.
+    #[arg(long)]
+    pub no_pin: bool,
     /// Worker threads (default: one per CPU).
     #[arg(long)]
     pub workers: Option<usize>,
+}
+
+fn parse_xdp_mode(s: &str) -> Result<fp_io::afxdp::ModeChoice, String> {
+    use fp_io::afxdp::ModeChoice;
+    match s {
+        "auto" => Ok(ModeChoice::Auto),
+        "native" | "drv" => Ok(ModeChoice::Native),
+        "generic" | "skb" => Ok(ModeChoice::Generic),
+        _ => Err(format!("{s:?}: use auto, native or generic")),
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -72,10 +108,25 @@ fn run_config(workers: Option<usize>) -> RunConfig {
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
+    let (Some(input_path), Some(output_path)) = (&a.input, &a.output) else {
+        let interface = a
+            .interface
+            .clone()
+            .expect("clap requires --interface or --in");
+        return crate::live::run(&crate::live::LiveOptions {
+            config: a.config,
+            interface,
+            driver: a.driver,
+            xdp_mode: a.xdp_mode,
+            workers: a.workers.unwrap_or_else(|| run_config(None).workers),
+            admin: a.admin,
+            pin: !a.no_pin,
+        });
+    };
     let cfg = load(&a.config)?;
     let snaps = publish(cfg)?;
-    let mut input = PcapReader::open(&a.input)?;
-    let mut output = PcapWriter::create(&a.output)?;
+    let mut input = PcapReader::open(input_path)?;
+    let mut output = PcapWriter::create(output_path)?;
     let rc = run_config(a.workers);
     let r = run_lb(
         snaps.clone(),
@@ -87,7 +138,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if input.truncated > 0 {
         eprintln!(
             "warning: {}: the last record was truncated and skipped",
-            a.input.display()
+            input_path.display()
         );
     }
     report(&snaps.load(), &r, &input, &output);

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod backend;
 mod bench;
 mod lb;
+mod live;
 
 /// OS helpers shared with the I/O layer.
 mod sys {
@@ -36,7 +37,9 @@ enum Command {
     /// loopback, ARP and rp_filter settings, and decapsulation (kernel VXLAN or a tc eBPF program
     /// for GRE/IPIP).
     Backend(backend::BackendArgs),
-    /// Run the load balancer on a pcap file: `--config FILE --in IN.pcap --out OUT.pcap`.
+    /// Run the load balancer: live on an interface (`--config FILE --interface IF [--driver
+    /// af_packet|af_xdp] [--admin ADDR]`) or offline on a capture (`--config FILE --in IN.pcap
+    /// --out OUT.pcap`).
     Run(lb::RunArgs),
     /// The main job with an embedded default: the load balancer on generated traffic, with a report
     /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.

@@ -187,6 +187,13 @@ pub fn open(spec: &LiveSpec, vips: &[IpAddr]) -> Result<LivePorts, LiveError> {
 /// Makes the tracer of worker `i`.
 pub type TracerFactory = Box<dyn Fn(usize) -> Box<dyn Tracer> + Send + Sync>;
 
+/// Called by worker `i`'s own thread about every [`MAINTAIN_EVERY`] with its worker, e.g. to copy
+/// connection-table sizes into gauges a metrics reader can see.
+pub type WorkerHook = Arc<dyn Fn(usize, &LbWorker) + Send + Sync>;
+
+/// How often a worker runs its expiry sweep and its hook, busy or idle.
+pub const MAINTAIN_EVERY: Duration = Duration::from_millis(10);
+
 /// Settings of the worker threads.
 pub struct WorkerOptions {
     /// Seed of the connection tables' placement.
@@ -195,6 +202,8 @@ pub struct WorkerOptions {
     pub pin: bool,
     /// Makes a tracer for worker `i`, if tracing is wanted.
     pub tracer: Option<TracerFactory>,
+    /// Called periodically on each worker's thread (see [`WorkerHook`]).
+    pub hook: Option<WorkerHook>,
 }
 
 /// Running workers.
@@ -242,10 +251,11 @@ pub fn spawn_workers(
     for (i, (w, port)) in workers.into_iter().zip(ports).enumerate() {
         let stop = stop.clone();
         let pin = opts.pin;
+        let hook = opts.hook.clone();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("fp-worker-{i}"))
-                .spawn(move || worker_loop(i, w, port, stop, pin))
+                .spawn(move || worker_loop(i, w, port, stop, pin, hook))
                 .expect("spawn worker thread"),
         );
     }
@@ -262,16 +272,21 @@ fn worker_loop(
     mut port: LivePort,
     stop: Arc<AtomicBool>,
     pin: bool,
+    hook: Option<WorkerHook>,
 ) -> PortStats {
     if pin {
         crate::sys::pin_to_cpu(i);
     }
     let mut pool = Pool::new(8 * MAX_BURST);
     let (mut rx, mut tx) = (burst(), burst());
-    let mut idle_since_maintain = 0u32;
+    let every = MAINTAIN_EVERY.as_nanos() as u64;
+    let mut last_maintain = crate::sys::monotonic_ns();
+    if let Some(h) = &hook {
+        h(i, &w);
+    }
     while !stop.load(Ordering::Relaxed) {
         let n = port.rx_burst(&mut pool, &mut rx, MAX_BURST);
-        if n > 0 {
+        let now = if n > 0 {
             let now = rx
                 .iter()
                 .map(|p| p.ts_ns)
@@ -281,14 +296,19 @@ fn worker_loop(
             if !tx.is_empty() {
                 port.tx_burst(&mut tx, &mut pool);
             }
+            now
         } else {
-            // Nothing to do: wait for frames (no busy polling on an idle balancer), and age
-            // entries now and then.
+            // Nothing to do: wait for frames (no busy polling on an idle balancer).
             port.wait(Duration::from_millis(1));
-            idle_since_maintain += 1;
-            if idle_since_maintain >= 10 {
-                idle_since_maintain = 0;
-                w.maintain(crate::sys::monotonic_ns(), &mut pool);
+            crate::sys::monotonic_ns()
+        };
+        // Age entries and publish gauges on a clock, so a busy worker does it too. (A burst's
+        // time is its newest frame's receive stamp; it can lag the clock slightly, never lead.)
+        if now.saturating_sub(last_maintain) >= every {
+            last_maintain = now;
+            w.maintain(now, &mut pool);
+            if let Some(h) = &hook {
+                h(i, &w);
             }
         }
     }

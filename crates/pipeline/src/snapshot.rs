@@ -210,7 +210,8 @@ impl Snapshot {
 }
 
 /// Turns configurations and health into snapshots, keeping backend ids stable. Control side only.
-#[derive(Debug, Default)]
+/// (`Clone`: a reload builds a trial snapshot on a copy first, so a rejected config changes nothing.)
+#[derive(Clone, Debug, Default)]
 pub struct Builder {
     ids: HashMap<IpAddr, u32>,
     health: HashMap<IpAddr, bool>,
