@@ -24,6 +24,7 @@ pub mod fib;
 pub mod flowcache;
 pub mod flowstate;
 pub mod lb;
+pub mod live;
 pub mod maglev;
 pub mod plot;
 pub mod setsep;
@@ -57,6 +58,8 @@ pub enum BenchCmd {
     /// The load balancer's data path per worker: SYN, non-SYN and constant 5-tuple traffic with 1M and
     /// 10M tracked connections, against a parse-and-emit baseline (Maglev Fig 9).
     Lb(lb::LbArgs),
+    /// The load balancer on veth per port type (AF_PACKET, AF_XDP) next to kernel forwarding.
+    Live(live::LiveArgs),
     /// CuckooSwitch forwarding: Mpps vs FIB size with the factor analysis, vs FIB update rate.
     Switch(switch::SwitchArgs),
     /// SetSep partition table and the ScaleBricks cluster.
@@ -71,6 +74,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Fib(a) => fib::run(a),
         BenchCmd::Lb(a) => lb::run(a),
+        BenchCmd::Live(a) => live::run(a),
         BenchCmd::Switch(a) => switch::run(a),
         BenchCmd::Flowcache(a) => flowcache::run(a),
         BenchCmd::Setsep(a) => setsep::run(a),

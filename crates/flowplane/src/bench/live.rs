@@ -1,0 +1,365 @@
+//! `flowplane bench live`: the load balancer on veth, per port type, next to kernel forwarding.
+//!
+//! Topology (network namespaces made and removed by the benchmark): a *sender* namespace and a
+//! *balancer* namespace joined by one veth pair. The sender's thread writes 60-byte UDP frames
+//! of 1024 flows to a VIP as fast as it can through an AF_PACKET socket (batched `sendmmsg`);
+//! the balancer is one-armed, so what it forwards comes back over the same veth to the sender
+//! namespace, whose second address is the backend (the GRE packets end there). The cases:
+//!
+//! * `sender_only` — nothing forwards (`ip_forward=0`): the cost of producing and dropping a
+//!   frame, subtracted below to estimate what forwarding itself costs.
+//! * `kernel_forward` — the peer: Linux routes the VIP to the same next hop (`ip_forward=1`, one
+//!   route, redirects off) between the same namespaces.
+//! * `af_packet`, `af_xdp` — `flowplane run --interface` with one worker, GRE toward the backend.
+//!
+//! Reported per case: frames per second delivered back to the sender namespace (the balancer's
+//! veth `tx_packets`), the whole machine's CPU time per delivered frame (`/proc/stat`, both
+//! cores, everything: the sender, softirqs, the balancer), that minus the `sender_only` cost per
+//! offered frame (the forwarding cost estimate), and the balancer process's own CPU time per
+//! frame. On veth the sender is usually the bottleneck (a veth transmit runs the receiver's stack
+//! in the sender's context), which is why the CPU per frame, not the rate, is the figure to read.
+
+use super::{CommonOpts, Record, Report};
+use anyhow::{bail, Context, Result};
+use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::packet::{burst, Pool, MAX_BURST};
+use fp_pipeline::port::Port;
+use fp_testnet::{Netns, TestNet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct LiveArgs {
+    #[command(flatten)]
+    pub common: CommonOpts,
+    /// Seconds measured per case (after one second of warm-up).
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// Cases to run (default: all): sender_only, kernel_forward, af_packet, af_xdp.
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
+}
+
+const SENDER_IP: &str = "10.77.0.1";
+const BACKEND_IP: &str = "10.77.0.3";
+const BALANCER_IP: &str = "10.77.0.2";
+const VIP: &str = "203.0.113.77";
+const FLOWS: usize = 1024;
+
+/// Counters read at the start and end of a measurement window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    at: Option<Instant>,
+    /// Frames the balancer's veth sent (what reached the sender namespace).
+    delivered: u64,
+    /// Frames the sender handed to its socket.
+    offered: u64,
+    /// Busy CPU time of the whole machine, ns.
+    machine_ns: u64,
+    /// CPU time of the balancer process, ns.
+    balancer_ns: u64,
+}
+
+/// `/proc` reports CPU time in USER_HZ ticks, which Linux fixes at 100 per second on every
+/// architecture user space sees (sysconf(_SC_CLK_TCK)).
+fn clock_tick_ns() -> u64 {
+    10_000_000
+}
+
+/// Busy time of all CPUs (everything but idle and iowait), ns.
+fn machine_busy_ns() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/stat")?;
+    let line = text.lines().next().context("/proc/stat is empty")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Ok((total - idle) * clock_tick_ns())
+}
+
+/// utime + stime of a process (all its threads), ns.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 2..]) else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) * clock_tick_ns()
+}
+
+struct Bed {
+    _net: TestNet,
+    sender: Netns,
+    balancer: Netns,
+    balancer_mac: [u8; 6],
+    sender_mac: [u8; 6],
+}
+
+fn bed() -> Result<Bed> {
+    let net = TestNet::new("bench-live")?;
+    let s = net.ns("snd")?;
+    let l = net.ns("lb")?;
+    let (se, le) = net.veth(&s, "eth0", &l, "eth0")?;
+    se.addr_add(&format!("{SENDER_IP}/24"))?;
+    se.addr_add(&format!("{BACKEND_IP}/24"))?;
+    le.addr_add(&format!("{BALANCER_IP}/24"))?;
+    // The flows' sources live behind the sender.
+    l.route_add("198.18.0.0/15", SENDER_IP)?;
+    for (k, v) in [
+        ("net.ipv4.conf.all.rp_filter", "0"),
+        ("net.ipv4.conf.eth0.rp_filter", "0"),
+        ("net.ipv4.conf.all.send_redirects", "0"),
+        ("net.ipv4.conf.eth0.send_redirects", "0"),
+    ] {
+        l.sysctl(k, v)?;
+    }
+    l.ping(BACKEND_IP, 1)?;
+    Ok(Bed {
+        balancer_mac: le.mac()?,
+        sender_mac: se.mac()?,
+        sender: s,
+        balancer: l,
+        _net: net,
+    })
+}
+
+/// The sender: frames of `FLOWS` flows to the VIP, as fast as the socket takes them.
+fn start_sender(
+    b: &Bed,
+    stop: Arc<AtomicBool>,
+    offered: Arc<AtomicU64>,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    let (dst, src) = (b.balancer_mac, b.sender_mac);
+    let h = b.sender.spawn_thread(move || -> Result<()> {
+        let mut port = AfPacketPort::open("eth0", &AfPacketConfig::default())?;
+        let frames: Vec<Vec<u8>> = (0..FLOWS)
+            .map(|i| {
+                let e = Endpoints {
+                    src: IpAddr::V4(Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8)),
+                    sport: 10_000 + i as u16,
+                    dst: VIP.parse().expect("literal"),
+                    dport: 5000,
+                };
+                let mut f = vec![0u8; 128];
+                let n = craft::udp_into(&e, 18, &mut f);
+                f.truncate(n);
+                f[0..6].copy_from_slice(&dst);
+                f[6..12].copy_from_slice(&src);
+                f
+            })
+            .collect();
+        let mut pool = Pool::new(4 * MAX_BURST);
+        let mut batch = burst();
+        let mut next = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..MAX_BURST {
+                let Some(mut p) = pool.get() else { break };
+                p.fill(&frames[next % FLOWS]);
+                next += 1;
+                batch.push(p);
+            }
+            let n = port.tx_burst(&mut batch, &mut pool);
+            offered.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    })?;
+    Ok(h)
+}
+
+fn config_text() -> String {
+    format!(
+        r#"[balancer]
+address = "{BALANCER_IP}"
+conn_table_capacity = 65536
+conn_table_capacity_v6 = 1024
+[[vip]]
+name = "bench"
+address = "{VIP}"
+port = 5000
+protocol = "udp"
+pools = ["p"]
+[[pool]]
+name = "p"
+backends = [{{ address = "{BACKEND_IP}" }}]
+"#
+    )
+}
+
+struct Outcome {
+    pps: f64,
+    machine_ns: f64,
+    balancer_ns: Option<f64>,
+    offered_pps: f64,
+}
+
+fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
+    let forward = if case == "kernel_forward" { "1" } else { "0" };
+    b.balancer.sysctl("net.ipv4.ip_forward", forward)?;
+    if case == "kernel_forward" {
+        b.balancer.route_add(&format!("{VIP}/32"), BACKEND_IP)?;
+    }
+    let dir = std::env::temp_dir().join(format!("fp-bench-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = dir.join("lb.toml");
+    std::fs::write(&cfg, config_text())?;
+    let proc = match case {
+        "af_packet" | "af_xdp" => {
+            let exe = std::env::current_exe()?;
+            let p = b
+                .balancer
+                .cmd([
+                    exe.to_str().context("executable path")?,
+                    "run",
+                    "--config",
+                    cfg.to_str().context("temp path")?,
+                    "--interface",
+                    "eth0",
+                    "--driver",
+                    case,
+                    "--workers",
+                    "1",
+                    "--no-pin",
+                ])
+                .spawn()?;
+            p.wait_log("flowplane: ready", Duration::from_secs(10))?;
+            Some(p)
+        }
+        "sender_only" | "kernel_forward" => None,
+        other => bail!("--cases: unknown case {other:?}"),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let offered = Arc::new(AtomicU64::new(0));
+    let sender = start_sender(b, stop.clone(), offered.clone())?;
+    let lb_link = b.balancer.link("eth0");
+    let sample = || -> Result<Sample> {
+        Ok(Sample {
+            at: Some(Instant::now()),
+            delivered: lb_link.stats()?.tx_packets,
+            offered: offered.load(Ordering::Relaxed),
+            machine_ns: machine_busy_ns()?,
+            balancer_ns: proc.as_ref().map_or(0, |p| process_cpu_ns(p.pid())),
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let a = sample()?;
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let z = sample()?;
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("sender panicked"))?;
+    sent.context("sender")?;
+    if let Some(p) = &proc {
+        let log = p.log();
+        p.stop(Duration::from_secs(5));
+        if !log.contains("ready") {
+            bail!("balancer did not run:\n{log}");
+        }
+    }
+    if case == "kernel_forward" {
+        b.balancer.route_del(&format!("{VIP}/32"))?;
+        b.balancer.sysctl("net.ipv4.ip_forward", "0")?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let dt = (z.at.expect("set") - a.at.expect("set")).as_secs_f64();
+    let delivered = z.delivered - a.delivered;
+    let offered_n = (z.offered - a.offered).max(1);
+    // Per delivered frame for forwarding cases; per offered frame for the sender-only case.
+    let per = if case == "sender_only" {
+        offered_n
+    } else {
+        delivered.max(1)
+    };
+    Ok(Outcome {
+        pps: delivered as f64 / dt,
+        machine_ns: (z.machine_ns - a.machine_ns) as f64 / per as f64,
+        balancer_ns: proc
+            .as_ref()
+            .map(|_| (z.balancer_ns - a.balancer_ns) as f64 / per as f64),
+        offered_pps: offered_n as f64 / dt,
+    })
+}
+
+pub fn run(a: LiveArgs) -> Result<()> {
+    let secs = a
+        .secs
+        .unwrap_or(if a.common.quick { 3.0 } else { 10.0 })
+        .max(0.5);
+    let all = ["sender_only", "kernel_forward", "af_packet", "af_xdp"];
+    let cases: Vec<&str> = if a.cases.is_empty() {
+        all.to_vec()
+    } else {
+        all.iter()
+            .copied()
+            .filter(|c| a.cases.iter().any(|x| x == c))
+            .collect()
+    };
+    if cases.is_empty() {
+        bail!("--cases: choose from {}", all.join(", "));
+    }
+    let mut report = Report::new("live", &a.common)?;
+    report.note(&format!(
+        "60-byte UDP frames of {FLOWS} flows from an AF_PACKET sender over one veth pair; \
+         one balancer worker, GRE to a backend on the sender's side; {secs} s per case after 1 s warm-up"
+    ));
+    let b = bed()?;
+    let mut got: Vec<(&str, Outcome)> = Vec::new();
+    for c in &cases {
+        got.push((c, measure(&b, c, secs)?));
+    }
+    let find = |n: &str| got.iter().find(|(c, _)| *c == n).map(|(_, o)| o);
+    let send_cost = find("sender_only").map(|o| o.machine_ns);
+    let kernel = find("kernel_forward");
+    for (c, o) in &got {
+        let net = send_cost.map(|s| (o.machine_ns - s).max(0.0));
+        match *c {
+            "sender_only" => {
+                report.add(
+                    Record::lower("sender_only_cpu_per_frame", o.machine_ns, "ns")
+                        .param("offered_kpps", o.offered_pps / 1e3),
+                )?;
+            }
+            _ => {
+                let mut r = Record::higher(*c, o.pps / 1e3, "kpps")
+                    .param("offered_kpps", o.offered_pps / 1e3);
+                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
+                    r = r.peer("kernel_forward", k.pps / 1e3);
+                }
+                report.add(r)?;
+                let mut r = Record::lower(format!("{c}_machine_cpu_per_frame"), o.machine_ns, "ns");
+                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
+                    r = r.peer("kernel_forward", k.machine_ns);
+                }
+                report.add(r)?;
+                if let Some(n) = net {
+                    let mut r = Record::lower(format!("{c}_forwarding_cpu_per_frame"), n, "ns")
+                        .param("method", "machine CPU minus sender_only");
+                    if let (Some(k), Some(s)) =
+                        (kernel.filter(|_| *c != "kernel_forward"), send_cost)
+                    {
+                        r = r.peer("kernel_forward", (k.machine_ns - s).max(0.0));
+                    }
+                    report.add(r)?;
+                }
+                if let Some(bn) = o.balancer_ns {
+                    report.add(Record::lower(
+                        format!("{c}_balancer_process_cpu_per_frame"),
+                        bn,
+                        "ns",
+                    ))?;
+                }
+            }
+        }
+    }
+    report.finish()
+}
