@@ -20,6 +20,22 @@
 //!
 //! [`XskRedirect`] owns the maps, the program and the attachment: several AF_XDP sockets of one
 //! interface (one per queue) share one `XskRedirect`.
+//!
+//! # Steering every frame (switch ports)
+//!
+//! A switch port belongs to the dataplane entirely: ARP, broadcast, multicast and every unicast
+//! frame must reach the switch, whatever its addresses. [`Steering::All`] assembles a second,
+//! shorter program ([`program_all`], named [`PROG_NAME_ALL`]) that skips the parsing and the VIP
+//! map:
+//!
+//! ```text
+//!  data + 14 > data_end                                   → PASS (count "malformed")
+//!  bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)       → REDIRECT ("to socket"), or PASS when
+//!                                                           the queue has no socket ("no socket")
+//! ```
+//!
+//! The same counters and maps are used (the VIP map exists but is not consulted), so the AF_XDP
+//! port code is the same for both.
 
 use crate::asm::{Asm, AsmError, Cond, Insn, Size, R0, R1, R10, R2, R3, R4, R5, R6, R8, R9};
 use crate::map::{Map, MapType, Update};
@@ -181,6 +197,57 @@ pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn
     a.finish()
 }
 
+/// The program [`Steering::All`] loads: every frame of at least an Ethernet header goes to the
+/// socket of its queue. Same map arguments as [`program`] minus the VIP map.
+pub fn program_all(xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmError> {
+    let mut a = Asm::new();
+    let (malformed, out, ret) = (a.label(), a.label(), a.label());
+    a.mov64(R6, R1);
+    a.mov64(R8, helper::xdp::PASS);
+    a.load(Size::W, R2, R6, 0); // data
+    a.load(Size::W, R3, R6, 4); // data_end
+    a.mov64(R4, R2);
+    a.add64(R4, 14);
+    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.ld_map_fd(R1, xsks);
+    a.load(Size::W, R2, R6, 16); // rx_queue_index
+    a.mov64(R3, helper::xdp::PASS); // fallback when the queue has no socket
+    a.call(helper::REDIRECT_MAP);
+    a.mov64(R8, R0);
+    a.mov64(R9, counter::TO_SOCKET as i32);
+    a.jmp(Cond::Eq, R0, helper::xdp::REDIRECT, out);
+    a.mov64(R9, counter::NO_SOCKET as i32);
+    a.ja(out);
+
+    a.bind(malformed);
+    a.mov64(R9, counter::MALFORMED as i32);
+
+    a.bind(out);
+    a.store(Size::W, R10, -4, R9);
+    a.ld_map_fd(R1, stats);
+    a.mov64(R2, R10);
+    a.add64(R2, -4);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp(Cond::Eq, R0, 0, ret);
+    a.load(Size::DW, R1, R0, 0);
+    a.add64(R1, 1);
+    a.store(Size::DW, R0, 0, R1);
+    a.bind(ret);
+    a.mov64(R0, R8);
+    a.exit();
+    a.finish()
+}
+
+/// Which frames the program sends to the AF_XDP sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Steering {
+    /// Frames addressed to a VIP (the load balancer); the rest goes to the kernel.
+    #[default]
+    Vips,
+    /// Every frame (a switch port): nothing reaches the kernel's stack on this interface.
+    All,
+}
+
 /// How to attach: a fixed mode, or native with a fallback to generic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ModeChoice {
@@ -201,6 +268,7 @@ pub struct XskRedirect {
     stats: Map,
     link: Option<XdpLink>,
     update: Mutex<()>,
+    steering: Steering,
 }
 
 impl std::fmt::Debug for XskRedirect {
@@ -214,20 +282,38 @@ impl std::fmt::Debug for XskRedirect {
 
 /// Name of the program as the kernel shows it (`bpftool prog`, `ip link`).
 pub const PROG_NAME: &str = "fp_xsk_redirect";
+/// Name of the [`Steering::All`] program.
+pub const PROG_NAME_ALL: &str = "fp_xsk_all";
 
 impl XskRedirect {
     /// Create the maps (room for `max_vips` VIPs and queues `0..max_queues`) and load the program,
     /// not attached yet.
     pub fn load(max_vips: u32, max_queues: u32) -> Result<XskRedirect> {
+        XskRedirect::load_steering(Steering::Vips, max_vips, max_queues)
+    }
+
+    /// Like [`XskRedirect::load`], choosing which frames go to the sockets. With
+    /// [`Steering::All`] the VIP map is created (so the API stays the same) but never consulted.
+    pub fn load_steering(
+        steering: Steering,
+        max_vips: u32,
+        max_queues: u32,
+    ) -> Result<XskRedirect> {
         let vips = Map::create(MapType::Hash, 16, 4, max_vips.max(1), "fp_vips")?;
         let xsks = Map::create(MapType::XskMap, 4, 4, max_queues.max(1), "fp_xsks")?;
         let stats = Map::create(MapType::PerCpuArray, 4, 8, counter::COUNT, "fp_xsk_stats")?;
-        let insns =
-            program(vips.raw_fd(), xsks.raw_fd(), stats.raw_fd()).map_err(|e| Error::Asm {
-                name: PROG_NAME.into(),
-                source: e,
-            })?;
-        let prog = Program::load(ProgType::Xdp, PROG_NAME, &insns)?;
+        let (name, insns) = match steering {
+            Steering::Vips => (
+                PROG_NAME,
+                program(vips.raw_fd(), xsks.raw_fd(), stats.raw_fd()),
+            ),
+            Steering::All => (PROG_NAME_ALL, program_all(xsks.raw_fd(), stats.raw_fd())),
+        };
+        let insns = insns.map_err(|e| Error::Asm {
+            name: name.into(),
+            source: e,
+        })?;
+        let prog = Program::load(ProgType::Xdp, name, &insns)?;
         Ok(XskRedirect {
             prog,
             vips,
@@ -235,7 +321,13 @@ impl XskRedirect {
             stats,
             link: None,
             update: Mutex::new(()),
+            steering,
         })
+    }
+
+    /// Which frames the loaded program steers to the sockets.
+    pub fn steering(&self) -> Steering {
+        self.steering
     }
 
     /// Attach to `ifindex` (in the calling thread's network namespace). Returns the mode used.
@@ -385,5 +477,15 @@ mod tests {
         let d = crate::asm::disassemble(&p);
         assert!(d.contains("call bpf_redirect_map"));
         assert_eq!(d.matches("map_fd(").count(), 3);
+    }
+
+    #[test]
+    fn all_program_assembles_without_the_vip_map() {
+        let p = program_all(4, 5).unwrap();
+        assert!(p.len() < 40, "{} slots", p.len());
+        let d = crate::asm::disassemble(&p);
+        assert!(d.contains("call bpf_redirect_map"));
+        assert!(!d.contains("map_fd(3)"));
+        assert_eq!(d.matches("map_fd(").count(), 2);
     }
 }

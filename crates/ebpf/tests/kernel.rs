@@ -329,6 +329,45 @@ fn xsk_redirect_program_outcomes() {
     assert!(!r.remove_vip(vip3).unwrap());
 }
 
+/// The switch-port program steers every frame with an Ethernet header — ARP, broadcast,
+/// non-IP, IP to any address — and counts only runts as malformed.
+#[test]
+fn xsk_steer_all_program_outcomes() {
+    need_root();
+    let r = XskRedirect::load_steering(xsk::Steering::All, 4, 4).unwrap();
+    assert_eq!(r.steering(), xsk::Steering::All);
+    let p = r.program();
+    let pass = fp_ebpf::helper::xdp::PASS as u32;
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let mut lldp = vec![0x01, 0x80, 0xc2, 0, 0, 0x0e, 2, 0, 0, 0, 0, 1, 0x88, 0xcc];
+    lldp.extend_from_slice(&[0u8; 46]);
+    let frames: Vec<Vec<u8>> = vec![
+        arp,
+        lldp,
+        udp_frame("10.0.0.1", "10.0.0.2"),
+        udp_frame("2001:db8::1", "2001:db8::11"),
+        tag(&udp_frame("10.0.0.1", "203.0.113.10"), 0x8100, 5),
+        vec![0u8; 14],
+    ];
+    for f in &frames {
+        // No socket is bound in a test run: the redirect falls back to XDP_PASS.
+        let (ret, out) = p.test_run(f).unwrap();
+        assert_eq!(ret, pass);
+        assert_eq!(&out, f, "the program never writes the frame");
+    }
+    let s = r.stats().unwrap();
+    assert_eq!(
+        s,
+        xsk::XskStats {
+            no_socket: frames.len() as u64,
+            ..Default::default()
+        },
+        "every frame went to the redirect, none was parsed as IP or VIP"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 

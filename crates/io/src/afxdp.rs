@@ -1,6 +1,7 @@
 //! AF_XDP port: one socket per (interface, receive queue), frames steered to it by flowplane's
 //! XDP program ([`fp_ebpf::xsk`]) when they are addressed to a VIP; everything else stays with the
-//! kernel (ARP, the host's own traffic, health-check replies).
+//! kernel (ARP, the host's own traffic, health-check replies). A switch port instead steers every
+//! frame to the sockets ([`AfXdpConfig::steering`] = [`Steering::All`]).
 //!
 //! ```text
 //!            NIC / veth queue q
@@ -75,7 +76,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use fp_ebpf::xsk::ModeChoice;
+pub use fp_ebpf::xsk::{ModeChoice, Steering};
 pub use fp_ebpf::XdpMode;
 
 /// How the socket binds.
@@ -93,8 +94,12 @@ pub enum BindMode {
 /// Settings of an AF_XDP port.
 #[derive(Clone, Debug)]
 pub struct AfXdpConfig {
-    /// Destinations to steer to the socket; the rest goes to the kernel.
+    /// Destinations to steer to the socket; the rest goes to the kernel. Must be empty with
+    /// [`Steering::All`].
     pub vips: Vec<IpAddr>,
+    /// Which frames go to the sockets: VIP traffic (default, the load balancer) or every frame
+    /// (a switch port, which owns the interface).
+    pub steering: Steering,
     /// Where the XDP program runs.
     pub mode: ModeChoice,
     /// Copy or zero-copy.
@@ -117,6 +122,7 @@ impl Default for AfXdpConfig {
     fn default() -> Self {
         AfXdpConfig {
             vips: Vec::new(),
+            steering: Steering::Vips,
             mode: ModeChoice::Auto,
             bind: BindMode::Auto,
             frames: 4096,
@@ -325,7 +331,7 @@ impl AfXdpPort {
             name: ifname.into(),
             source: io::Error::from_raw_os_error(e.errno().unwrap_or(libc::ENODEV)),
         })?;
-        let mut redirect = XskRedirect::load(cfg.max_vips, cfg.max_queues)?;
+        let mut redirect = XskRedirect::load_steering(cfg.steering, cfg.max_vips, cfg.max_queues)?;
         redirect.set_vips(&cfg.vips)?;
         let xdp_mode = redirect.attach(ifindex, cfg.mode)?;
         let redirect = Arc::new(redirect);
@@ -561,6 +567,13 @@ impl Port for AfXdpPort {
     }
 }
 
+impl std::os::fd::AsFd for AfXdpPort {
+    /// The socket, for `poll`/`epoll` across several ports (readable: frames on the rx ring).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.xsk.as_fd()
+    }
+}
+
 impl Drop for AfXdpPort {
     fn drop(&mut self) {
         // Stop steering frames to this socket before it closes; the program itself is detached
@@ -573,6 +586,12 @@ fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
     let bad = |s: String| Err(AfXdpError::Config(s));
     if queues.is_empty() {
         return bad("no queues given".into());
+    }
+    if cfg.steering == Steering::All && !cfg.vips.is_empty() {
+        return bad(format!(
+            "vips ({} given) and steering = All exclude each other: All steers every frame",
+            cfg.vips.len()
+        ));
     }
     if !cfg.frames.is_power_of_two() || cfg.frames < 16 {
         return bad(format!(
@@ -1130,6 +1149,11 @@ mod sys {
             self.fd.as_raw_fd()
         }
 
+        pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            use std::os::fd::AsFd;
+            self.fd.as_fd()
+        }
+
         pub fn zero_copy(&self) -> bool {
             self.zero_copy
         }
@@ -1298,6 +1322,19 @@ mod tests {
             ..AfXdpConfig::default()
         };
         assert!(check_config(&c, &[0]).is_err());
+        let all = AfXdpConfig {
+            steering: Steering::All,
+            ..AfXdpConfig::default()
+        };
+        assert!(check_config(&all, &[0]).is_ok());
+        let c = AfXdpConfig {
+            vips: vec!["10.0.0.1".parse().unwrap()],
+            ..all
+        };
+        assert!(check_config(&c, &[0])
+            .unwrap_err()
+            .to_string()
+            .contains("steering"));
     }
 
     #[test]
