@@ -447,7 +447,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
     o.family(
         "flowplane_fragments_total",
         "counter",
-        "IP fragments by action: forwarded with their datagram's decision, or held until the first fragment arrives.",
+        "IP fragments by action: forwarded with their datagram's decision, held until the first fragment arrives, redirected to the balancer that owns their datagram, or received as that owner.",
     );
     o.sample(
         "flowplane_fragments_total",
@@ -458,6 +458,16 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "flowplane_fragments_total",
         &[("action", "held")],
         outcome("frag_held"),
+    );
+    o.sample(
+        "flowplane_fragments_total",
+        &[("action", "redirected")],
+        outcome("frag_redirected"),
+    );
+    o.sample(
+        "flowplane_fragments_total",
+        &[("action", "redirect_in")],
+        outcome("frag_redirect_in"),
     );
     o.single(
         "flowplane_traced_packets_total",
@@ -472,7 +482,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
         v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
-    const KNOWN: [&str; 13] = [
+    const KNOWN: [&str; 15] = [
         "rx",
         "tx",
         "rx_bytes",
@@ -485,6 +495,8 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "conn_expired",
         "frag_forwarded",
         "frag_held",
+        "frag_redirected",
+        "frag_redirect_in",
         "traced",
     ];
     let other: Vec<(usize, &Outcome)> = Outcome::ALL

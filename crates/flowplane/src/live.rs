@@ -256,20 +256,38 @@ impl Control {
         self.builder.set_health(e.address, e.healthy)
     }
 
-    /// Read the kernel's neighbour table; returns whether a backend's MAC changed.
+    /// Addresses whose MACs the data path needs: backends, and the other balancers of a
+    /// `[cluster]` (fragments are redirected to them).
+    fn on_link(&self) -> Vec<IpAddr> {
+        let mut v = self.config.backend_addresses();
+        if let Some(c) = &self.config.cluster {
+            v.extend(
+                c.balancers
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != c.me)
+                    .map(|(_, a)| IpAddr::V4(*a)),
+            );
+        }
+        v
+    }
+
+    /// Read the kernel's neighbour table; returns whether a backend's (or peer balancer's) MAC
+    /// changed.
     fn refresh_neighbors(&mut self) -> bool {
         let mut now = HashMap::new();
+        let wanted = self.on_link();
         neighbors_v4(&self.interface, &mut now);
-        if self.config.backend_addresses().iter().any(|a| a.is_ipv6()) {
+        if wanted.iter().any(|a| a.is_ipv6()) {
             neighbors_v6(&self.interface, &mut now);
         }
         let mut changed = false;
-        for a in self.config.backend_addresses() {
+        for a in wanted {
             let mac = now.get(&a).copied();
             if self.neighbors.get(&a).copied() != mac {
                 match mac {
-                    Some(m) => log(format_args!("backend {a} is at {m}")),
-                    None => log(format_args!("backend {a}: neighbour entry gone")),
+                    Some(m) => log(format_args!("{a} is at {m}")),
+                    None => log(format_args!("{a}: neighbour entry gone")),
                 }
                 changed |= self.builder.set_neighbor(a, mac);
             }
@@ -281,7 +299,7 @@ impl Control {
     /// Make the kernel resolve backends it has no neighbour entry for: an empty datagram to the
     /// discard port (a health check would do the same, but not every pool has one).
     fn poke_unresolved(&self) {
-        for a in self.config.backend_addresses() {
+        for a in self.on_link() {
             if self.neighbors.contains_key(&a) {
                 continue;
             }

@@ -299,6 +299,51 @@ pub struct LbConfig {
     pub vips: Vec<VipSpec>,
     /// Pools.
     pub pools: Vec<PoolSpec>,
+    /// VIP announcement over BGP (`[bgp]`), if configured.
+    pub bgp: Option<BgpSpec>,
+    /// The balancers of a scale-out deployment (`[cluster]`), if configured.
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// How VIPs are announced (`[bgp]`, Maglev §2.1, §3.3): a BGP speaker on the same host is
+/// told which VIPs this balancer serves; the router spreads traffic over all balancers that
+/// announce a VIP (ECMP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpSpec {
+    /// The speaker: `"bird"` (BIRD 2, started with a generated configuration and driven by
+    /// `birdc`).
+    pub speaker: String,
+    /// This balancer's AS number.
+    pub local_as: u32,
+    /// The router's address.
+    pub peer: IpAddr,
+    /// The router's AS number.
+    pub peer_as: u32,
+    /// BGP router id (default: `balancer.address`).
+    pub router_id: Ipv4Addr,
+    /// Next hop announced for the VIPs (default: `balancer.address`).
+    pub next_hop: IpAddr,
+    /// BGP hold time in seconds (3..=65535; keepalives every third of it).
+    pub hold_time_s: u16,
+    /// On shutdown: time between withdrawing the VIPs and stopping the data path, so the router
+    /// moves traffic away first.
+    pub drain_ms: u64,
+    /// Where the speaker's configuration and control socket live (default: a directory under
+    /// the system temp dir named after the process).
+    pub state_dir: Option<String>,
+}
+
+/// The balancers of a scale-out deployment (`[cluster]`, Maglev §4.3): non-first fragments carry
+/// no ports, so the router may send a datagram's fragments to different balancers; each
+/// balancer forwards a fragment to the datagram's *owner* (a hash of source, destination and
+/// protocol over this list), GRE-encapsulated with the recursion control field set, and the
+/// owner reassembles the flow decision. Every balancer must list the same addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Every balancer's address, this one's (`balancer.address`) included.
+    pub balancers: Vec<Ipv4Addr>,
+    /// This balancer's index in `balancers`.
+    pub me: usize,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,6 +359,28 @@ struct RawConfig {
     vip: Vec<RawVip>,
     #[serde(default)]
     pool: Vec<RawPool>,
+    bgp: Option<RawBgp>,
+    cluster: Option<RawCluster>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBgp {
+    speaker: Option<String>,
+    local_as: u32,
+    peer: String,
+    peer_as: u32,
+    router_id: Option<String>,
+    next_hop: Option<String>,
+    hold_time_s: Option<u16>,
+    drain_ms: Option<u64>,
+    state_dir: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    balancers: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -858,12 +925,112 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             ),
         ));
     }
+    let bgp = match &raw.bgp {
+        Some(g) => Some(validate_bgp(g, &balancer)?),
+        None => None,
+    };
+    let cluster = match &raw.cluster {
+        Some(c) => Some(validate_cluster(c, &balancer)?),
+        None => None,
+    };
     Ok(LbConfig {
         balancer,
         prefix_groups,
         vips,
         pools,
+        bgp,
+        cluster,
     })
+}
+
+fn validate_bgp(g: &RawBgp, b: &BalancerSpec) -> Result<BgpSpec, ConfigError> {
+    let speaker = g.speaker.clone().unwrap_or_else(|| "bird".into());
+    if speaker != "bird" {
+        return Err(err(
+            "bgp.speaker",
+            format!("{speaker:?} is not supported (use \"bird\")"),
+        ));
+    }
+    for (f, v) in [("bgp.local_as", g.local_as), ("bgp.peer_as", g.peer_as)] {
+        if v == 0 {
+            return Err(err(f, "0 is not a valid AS number"));
+        }
+    }
+    let peer = parse_ip("bgp.peer", &g.peer)?;
+    let router_id = match &g.router_id {
+        Some(s) => match parse_ip("bgp.router_id", s)? {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => return Err(err("bgp.router_id", "must be an IPv4 address")),
+        },
+        None => b
+            .address
+            .ok_or_else(|| err("bgp.router_id", "required when balancer.address is not set"))?,
+    };
+    let next_hop = match &g.next_hop {
+        Some(s) => parse_ip("bgp.next_hop", s)?,
+        None => IpAddr::V4(
+            b.address
+                .ok_or_else(|| err("bgp.next_hop", "required when balancer.address is not set"))?,
+        ),
+    };
+    let hold_time_s = g.hold_time_s.unwrap_or(9);
+    if hold_time_s < 3 {
+        return Err(err(
+            "bgp.hold_time_s",
+            format!("{hold_time_s} is below BGP's minimum of 3"),
+        ));
+    }
+    let drain_ms = g.drain_ms.unwrap_or(2000);
+    if drain_ms > 600_000 {
+        return Err(err(
+            "bgp.drain_ms",
+            format!("{drain_ms} is more than 600000"),
+        ));
+    }
+    Ok(BgpSpec {
+        speaker,
+        local_as: g.local_as,
+        peer,
+        peer_as: g.peer_as,
+        router_id,
+        next_hop,
+        hold_time_s,
+        drain_ms,
+        state_dir: g.state_dir.clone(),
+    })
+}
+
+fn validate_cluster(c: &RawCluster, b: &BalancerSpec) -> Result<ClusterSpec, ConfigError> {
+    let mut balancers = Vec::new();
+    for (i, s) in c.balancers.iter().enumerate() {
+        let f = format!("cluster.balancers[{i}]");
+        match parse_ip(&f, s)? {
+            IpAddr::V4(a) if !balancers.contains(&a) => balancers.push(a),
+            IpAddr::V4(a) => return Err(err(f, format!("{a} is listed twice"))),
+            IpAddr::V6(_) => {
+                return Err(err(
+                    f,
+                    "must be IPv4 (fragments are redirected over IPv4 GRE)",
+                ))
+            }
+        }
+    }
+    let me_addr = b.address.ok_or_else(|| {
+        err(
+            "cluster",
+            "needs balancer.address (this balancer's own address)",
+        )
+    })?;
+    let me = balancers
+        .iter()
+        .position(|a| *a == me_addr)
+        .ok_or_else(|| {
+            err(
+                "cluster.balancers",
+                format!("must include this balancer's own address {me_addr} (balancer.address)"),
+            )
+        })?;
+    Ok(ClusterSpec { balancers, me })
 }
 
 /// Deduplicate backends by address; the same address with conflicting settings is an error.
@@ -1066,6 +1233,60 @@ mod tests {
         for (from, to, field) in cases {
             assert!(GOOD.contains(from), "fixture lacks {from}");
             let e = error_of(&GOOD.replacen(from, to, 1));
+            assert_eq!(e.field, *field, "{e}");
+        }
+    }
+
+    #[test]
+    fn bgp_and_cluster_sections() {
+        let text = format!(
+            "{GOOD}\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n\
+             [cluster]\nbalancers = [\"10.0.0.3\", \"10.0.0.2\"]\n"
+        );
+        let c = LbConfig::from_toml(&text).unwrap();
+        let b = c.bgp.as_ref().unwrap();
+        assert_eq!(b.speaker, "bird");
+        assert_eq!(
+            b.router_id,
+            Ipv4Addr::new(10, 0, 0, 2),
+            "defaults to balancer.address"
+        );
+        assert_eq!(b.next_hop, IpAddr::from([10, 0, 0, 2]));
+        assert_eq!((b.hold_time_s, b.drain_ms), (9, 2000));
+        let cl = c.cluster.as_ref().unwrap();
+        assert_eq!(cl.me, 1);
+        let cases: &[(&str, &str, &str)] = &[
+            ("local_as = 65001", "local_as = 0", "bgp.local_as"),
+            ("peer = \"10.0.0.1\"", "peer = \"router\"", "bgp.peer"),
+            (
+                "peer_as = 65000",
+                "peer_as = 65000\nspeaker = \"quagga\"",
+                "bgp.speaker",
+            ),
+            (
+                "peer_as = 65000",
+                "peer_as = 65000\nhold_time_s = 2",
+                "bgp.hold_time_s",
+            ),
+            (
+                "[\"10.0.0.3\", \"10.0.0.2\"]",
+                "[\"10.0.0.3\"]",
+                "cluster.balancers",
+            ),
+            (
+                "[\"10.0.0.3\", \"10.0.0.2\"]",
+                "[\"10.0.0.2\", \"10.0.0.2\"]",
+                "cluster.balancers[1]",
+            ),
+            (
+                "[\"10.0.0.3\", \"10.0.0.2\"]",
+                "[\"fd00::3\", \"10.0.0.2\"]",
+                "cluster.balancers[0]",
+            ),
+        ];
+        for (from, to, field) in cases {
+            assert!(text.contains(from), "fixture lacks {from}");
+            let e = error_of(&text.replacen(from, to, 1));
             assert_eq!(e.field, *field, "{e}");
         }
     }

@@ -23,6 +23,7 @@ use crate::packet::{Packet, Pool};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
 use fp_cuckoo::{Config as TableConfig, GeneralMap, Writer};
+use fp_wire::ip::IpProtocol;
 use fp_wire::{FlowKey, FragmentKey, PacketSummary};
 use std::sync::Arc;
 
@@ -241,9 +242,9 @@ impl LbWorker {
         let rx_packets = rx.len() as u64;
 
         // Stage 1: parse, match VIPs, route fragments; collect connection keys.
-        for p in rx.drain(..) {
+        for mut p in rx.drain(..) {
             rx_bytes += p.len() as u64;
-            let s = match PacketSummary::parse(p.data()) {
+            let mut s = match PacketSummary::parse(p.data()) {
                 Ok(s) => s,
                 Err(e) => {
                     stats.parse_error(e);
@@ -251,6 +252,27 @@ impl LbWorker {
                     continue;
                 }
             };
+            // Scale-out (Maglev §4.3): fragments meet on the balancer that owns their datagram.
+            if let Some(c) = &snap.cluster {
+                let mut redirected = false;
+                if s.protocol == IpProtocol::GRE {
+                    if let Some(inner) = unwrap_redirect(&mut p, &s, snap) {
+                        stats.count(Outcome::FragRedirectIn, 1);
+                        s = inner;
+                        redirected = true;
+                    }
+                }
+                if s.is_fragment()
+                    && !redirected
+                    && snap.match_vip(s.dst(), None, s.protocol).is_some()
+                {
+                    let owner = c.owner(&s.three_tuple());
+                    if owner != c.me {
+                        redirect(c, owner, stats, tx, pool, ident, p, &s);
+                        continue;
+                    }
+                }
+            }
             if s.is_non_first_fragment() {
                 let (Some(fk), true) = (
                     s.fragment_key(),
@@ -494,6 +516,82 @@ impl LbWorker {
         };
         self.sweep6 = self.conn6.retain_range(self.sweep6, buckets, keep6);
         self.stats.count(Outcome::ConnExpired, n);
+    }
+}
+
+/// A fragment another balancer redirected to this one (Maglev §4.3): GRE with recursion control
+/// set, whose inner packet is a fragment to a VIP, addressed (outer and inner) to that VIP. The
+/// outer IP and GRE headers are stripped in place (the Ethernet header moves up to the inner
+/// packet) and the inner packet's summary is returned; anything else is left untouched (`None`).
+fn unwrap_redirect(p: &mut Packet, s: &PacketSummary, snap: &Snapshot) -> Option<PacketSummary> {
+    use fp_wire::encap::{decapsulate, InnerKind};
+    if s.is_fragment() {
+        return None;
+    }
+    let d = decapsulate(p.data(), s, 0).ok()?;
+    if d.gre.is_none_or(|g| g.recursion == 0) || d.inner == InnerKind::Ethernet {
+        return None;
+    }
+    let inner = PacketSummary::parse_ip(
+        &p.data()[d.inner_range()],
+        &fp_wire::summary::ParseOptions::DEFAULT,
+    )
+    .ok()?;
+    if !inner.is_fragment()
+        || inner.dst() != s.dst()
+        || snap.match_vip(inner.dst(), None, inner.protocol).is_none()
+    {
+        return None;
+    }
+    let l2 = s.l3_offset as usize;
+    let start = p.start();
+    let new_start = start + d.inner_offset - l2;
+    let ethertype: u16 = if d.inner == InnerKind::Ipv4 {
+        0x0800
+    } else {
+        0x86DD
+    };
+    let buf = p.buffer();
+    buf.copy_within(start..start + l2, new_start);
+    buf[new_start + l2 - 2..new_start + l2].copy_from_slice(&ethertype.to_be_bytes());
+    p.set_frame(new_start, l2 + d.inner_len);
+    PacketSummary::parse(p.data()).ok()
+}
+
+/// Send a fragment to the balancer that owns its datagram, GRE-encapsulated with recursion
+/// control 1 (see [`crate::snapshot::ClusterState::redirect`]).
+#[allow(clippy::too_many_arguments)]
+#[cold]
+fn redirect(
+    c: &crate::snapshot::ClusterState,
+    owner: usize,
+    stats: &WorkerStats,
+    tx: &mut Vec<Packet>,
+    pool: &mut Pool,
+    ident: &mut u16,
+    mut p: Packet,
+    s: &PacketSummary,
+) {
+    let Some(e) = c.redirect(owner, s.dst()) else {
+        stats.count(Outcome::EncapFailed, 1);
+        pool.put(p);
+        return;
+    };
+    let start = p.start();
+    let inner = start + s.l3_offset as usize..start + s.l3_end();
+    *ident = ident.wrapping_add(1);
+    match e.encapsulate(p.buffer(), inner.clone(), 0, *ident) {
+        Ok(new_start) => {
+            p.set_frame(new_start, inner.end - new_start);
+            stats.count(Outcome::FragRedirected, 1);
+            stats.count(Outcome::Tx, 1);
+            stats.count(Outcome::TxBytes, p.len() as u64);
+            tx.push(p);
+        }
+        Err(_) => {
+            stats.count(Outcome::EncapFailed, 1);
+            pool.put(p);
+        }
     }
 }
 

@@ -130,6 +130,69 @@ pub struct Snapshot {
     /// (address, protocol) pairs that some exact VIP uses, for non-first fragments (no port).
     exact_addrs: hashbrown::HashSet<(IpAddr, u8)>,
     groups: Vec<GroupState>,
+    /// Fragment redirection to owner balancers, from `[cluster]`.
+    pub cluster: Option<ClusterState>,
+}
+
+/// Where fragments go in a scale-out deployment (Maglev §4.3): the owner of a datagram is a hash
+/// of its 3-tuple over the configured balancers, so all its fragments meet on one balancer
+/// whichever balancers the router's ECMP hash sent them to.
+#[derive(Debug)]
+pub struct ClusterState {
+    /// This balancer's index in `balancers`.
+    pub me: usize,
+    /// Every balancer's address, in configuration order (equal on every balancer).
+    pub balancers: Vec<std::net::Ipv4Addr>,
+    /// Outer Ethernet header toward each balancer (its MAC from the neighbour table, else the
+    /// gateway's).
+    l2: Vec<OuterL2>,
+    src4: Option<std::net::Ipv4Addr>,
+    src6: Option<std::net::Ipv6Addr>,
+    ttl: u8,
+    seed: u64,
+}
+
+/// Salt of the owner hash, so it is independent of the flow hash that picks backends.
+const OWNER_SALT: u64 = 0x6f77_6e65_7266_7261;
+
+impl ClusterState {
+    /// Index of the balancer that owns a datagram with this 3-tuple.
+    #[inline]
+    pub fn owner(&self, t: &fp_wire::ThreeTuple) -> usize {
+        let mut b = [0u8; fp_wire::flow::MAX_KEY_LEN];
+        let h = fp_hash::hash_bytes(self.seed ^ OWNER_SALT, t.encode(&mut b));
+        fp_hash::reduce(h, self.balancers.len() as u64) as usize
+    }
+
+    /// The GRE encapsulation (recursion control 1: redirected once, never again) that carries a
+    /// fragment addressed to `vip` to balancer `owner`. The outer destination is the VIP itself,
+    /// sent to the owner's MAC: the owner's port steers VIP traffic to its workers (the AF_XDP
+    /// program by destination address), and no kernel sees a tunnel to a local address. `None`
+    /// when there is no outer source address of the VIP's family.
+    pub fn redirect(&self, owner: usize, vip: IpAddr) -> Option<Encap> {
+        let ip = match vip {
+            IpAddr::V4(dst) => OuterIp::V4 {
+                src: self.src4?,
+                dst,
+                ttl: self.ttl,
+            },
+            IpAddr::V6(dst) => OuterIp::V6 {
+                src: self.src6?,
+                dst,
+                hop_limit: self.ttl,
+            },
+        };
+        Some(Encap {
+            l2: *self.l2.get(owner)?,
+            ip,
+            tunnel: Tunnel::Gre {
+                key: None,
+                sequence: None,
+                checksum: false,
+                recursion: 1,
+            },
+        })
+    }
 }
 
 impl Snapshot {
@@ -395,6 +458,28 @@ impl Builder {
         for g in &mut groups {
             g.suffixes.sort_by_key(|s| std::cmp::Reverse(s.2));
         }
+        let local = self.local_mac.unwrap_or(b.mac);
+        let cluster = config.cluster.as_ref().map(|c| ClusterState {
+            me: c.me,
+            balancers: c.balancers.clone(),
+            l2: c
+                .balancers
+                .iter()
+                .map(|a| OuterL2 {
+                    src: local,
+                    dst: self
+                        .neighbors
+                        .get(&IpAddr::V4(*a))
+                        .copied()
+                        .unwrap_or(b.gateway_mac),
+                    vlan: None,
+                })
+                .collect(),
+            src4: b.address,
+            src6: b.address6,
+            ttl: b.ttl,
+            seed: b.seed,
+        });
         self.generation += 1;
         Ok(Snapshot {
             generation: self.generation,
@@ -405,6 +490,7 @@ impl Builder {
             exact6,
             exact_addrs,
             groups,
+            cluster,
         })
     }
 }

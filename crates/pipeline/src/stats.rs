@@ -101,6 +101,10 @@ outcomes! {
     FragHoldFull => "drop_frag_hold_full",
     /// Packets that carried the tracer mark and were traced.
     Traced => "traced",
+    /// Fragments sent on to the balancer that owns their datagram (Maglev §4.3).
+    FragRedirected => "frag_redirected",
+    /// Fragments another balancer redirected to this one (their owner).
+    FragRedirectIn => "frag_redirect_in",
 }
 
 /// The counters of one worker.

@@ -552,3 +552,150 @@ fn l2_dsr_rewrites_only_the_macs() {
         "everything after the MACs untouched"
     );
 }
+
+/// Three balancers of one `[cluster]`: balancer `i` has address 10.0.0.(2+i) and MAC
+/// 02:00:00:00:01:0i, and each knows the others' MACs (as the live control loop learns them from
+/// the neighbour table).
+fn cluster_member(i: usize) -> Harness {
+    let text =
+        BASE.replace(
+            "BACKENDS",
+            &FIVE.map(|b| format!("{{ address = \"{b}\" }}")).join(", "),
+        )
+        .replace(
+            "address = \"10.0.0.2\"",
+            &format!("address = \"10.0.0.{}\"", 2 + i),
+        ) + "\n[cluster]\nbalancers = [\"10.0.0.2\", \"10.0.0.3\", \"10.0.0.4\"]\n";
+    let cfg = Arc::new(LbConfig::from_toml(&text).unwrap());
+    let mut builder = Builder::new();
+    for j in 0..3u8 {
+        builder.set_neighbor(
+            IpAddr::from([10, 0, 0, 2 + j]),
+            Some(fp_wire::ethernet::MacAddr([2, 0, 0, 0, 1, j])),
+        );
+    }
+    let snap = builder.build(cfg).unwrap();
+    let published = Arc::new(Published::new(Arc::new(snap)));
+    let worker = LbWorker::new(0, published.clone(), 7).unwrap();
+    Harness {
+        builder,
+        published,
+        worker,
+        pool: Pool::new(4096),
+    }
+}
+
+/// Whether `frame` is a fragment redirected between balancers (GRE, recursion 1, to a VIP), and
+/// to which balancer (by destination MAC).
+fn redirected_to(frame: &[u8]) -> Option<usize> {
+    let s = PacketSummary::parse(frame).unwrap();
+    if s.protocol != fp_wire::ip::IpProtocol::GRE {
+        return None;
+    }
+    let g = fp_wire::gre::GrePacket::new_checked(s.l4_bytes(frame)).unwrap();
+    if g.recursion() == 0 {
+        return None;
+    }
+    assert!(
+        matches!(s.dst(), IpAddr::V4(a) if a.octets()[0] == 203)
+            || matches!(s.dst(), IpAddr::V6(a) if a.segments()[0] == 0x2001),
+        "redirects are addressed to the VIP"
+    );
+    assert_eq!(frame[..5], [2, 0, 0, 0, 1]);
+    Some(frame[5] as usize)
+}
+
+/// The inner IP packet of a GRE frame toward a backend.
+fn inner_ip(frame: &[u8]) -> Vec<u8> {
+    let s = PacketSummary::parse(frame).unwrap();
+    let d = fp_wire::encap::decapsulate(frame, &s, 4789).unwrap();
+    frame[d.inner_range()].to_vec()
+}
+
+#[test]
+fn fragments_sprayed_over_balancers_meet_at_their_owner() {
+    let mut lbs: Vec<Harness> = (0..3).map(cluster_member).collect();
+    let mut owners = [0usize; 3];
+    for n in 0..60u32 {
+        let e = if n % 3 == 2 {
+            Endpoints::new(&format!("2001:db8:c::{n:x}"), 4000, "2001:db8::53", 53)
+        } else {
+            Endpoints::new(&format!("198.51.100.{n}"), 4000, "203.0.113.53", 53)
+        };
+        let frags = craft::udp_fragments(&e, 4000, 1200, 1000 + n);
+        // The router's hash has no ports for non-first fragments: each lands anywhere.
+        let mut to_backend = Vec::new();
+        let mut owner_seen = None;
+        for (i, f) in frags.iter().enumerate() {
+            let first_hop = (i + n as usize) % 3;
+            for out in lbs[first_hop].send(std::slice::from_ref(f), 1000 * n as u64) {
+                match redirected_to(&out) {
+                    None => {
+                        to_backend.push(out);
+                        owner_seen.get_or_insert(first_hop);
+                    }
+                    Some(owner) => {
+                        assert_ne!(owner, first_hop, "a balancer redirected to itself");
+                        assert!(*owner_seen.get_or_insert(owner) == owner, "two owners");
+                        let again = lbs[owner].send(&[out], 1000 * n as u64);
+                        assert!(
+                            again.iter().all(|o| redirected_to(o).is_none()),
+                            "a fragment was redirected twice"
+                        );
+                        to_backend.extend(again);
+                    }
+                }
+            }
+        }
+        owners[owner_seen.unwrap()] += 1;
+        assert_eq!(
+            to_backend.len(),
+            frags.len(),
+            "datagram {n}: every fragment forwarded"
+        );
+        let backends: Vec<IpAddr> = to_backend.iter().map(|f| backend_of(f)).collect();
+        assert!(backends.iter().all(|b| *b == backends[0]), "{backends:?}");
+        // The backend gets the fragments unchanged (their IP packets), in some order.
+        let mut sent: Vec<Vec<u8>> = frags.iter().map(|f| f[14..].to_vec()).collect();
+        let mut got: Vec<Vec<u8>> = to_backend.iter().map(|f| inner_ip(f)).collect();
+        sent.sort();
+        got.sort();
+        assert_eq!(sent, got, "datagram {n}: fragments changed on the way");
+    }
+    assert!(
+        owners.iter().all(|&k| k >= 8),
+        "owners unbalanced: {owners:?}"
+    );
+    let redirected: u64 = lbs
+        .iter()
+        .map(|h| h.totals().get(Outcome::FragRedirected))
+        .sum();
+    let arrived: u64 = lbs
+        .iter()
+        .map(|h| h.totals().get(Outcome::FragRedirectIn))
+        .sum();
+    assert!(redirected > 0);
+    assert_eq!(redirected, arrived);
+}
+
+#[test]
+fn without_cluster_redirect_frames_are_not_vip_traffic() {
+    // A balancer outside any cluster treats a redirect like any GRE packet: not for a VIP.
+    let mut plain = Harness::new(&FIVE);
+    let e = Endpoints::new("198.51.100.7", 4000, "203.0.113.53", 53);
+    let frags = craft::udp_fragments(&e, 4000, 1200, 77);
+    let first_owner = (0..3)
+        .find(|&i| {
+            let mut h = cluster_member(i);
+            h.send(&frags[..1], 0)
+                .iter()
+                .all(|o| redirected_to(o).is_none())
+        })
+        .unwrap();
+    let sender = (first_owner + 1) % 3;
+    let mut lb = cluster_member(sender);
+    let red = lb.send(&frags[..1], 0);
+    assert_eq!(redirected_to(&red[0]), Some(first_owner));
+    assert!(plain.send(&red, 0).is_empty());
+    assert_eq!(plain.totals().get(Outcome::NonVip), 1);
+}
