@@ -22,6 +22,7 @@ have iperf3 || need+=(iperf3)
 have curl || need+=(curl)
 have tcpdump || need+=(tcpdump)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need+=(python3-scapy)
+have bird || need+=(bird2)  # BGP speaker: the VIP announcer (fp-control announce) and the scale-out tests' router
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

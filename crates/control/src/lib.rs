@@ -15,6 +15,10 @@
 //!   (TCP connect and HTTP GET with status and body match, interval, timeout, rise/fall, one check
 //!   stream per backend address, reload without losing state); config updates "committed
 //!   atomically" are triggered by [`signal::ReloadSignal`] (`SIGHUP`) or `POST /reload`.
+//! * §2.1, §2.2, §4.1.1 — each balancer "announces [its VIPs] to the router over BGP", health-gated,
+//!   and the router spreads traffic over all balancers by ECMP: [`announce`] runs BIRD 2 with a
+//!   generated configuration, changes the announced VIPs through its control socket, and makes
+//!   sure a dead balancer's BIRD dies with it.
 //! * §4.4 — "we export various metrics from each Maglev machine via an HTTP server": [`metrics`]
 //!   (Prometheus text format) served by [`admin`]; and the *packet-tracer*: "specially marked
 //!   Maglev-recognizable payloads" that are forwarded as usual while the balancer reports what it
@@ -113,6 +117,7 @@
 #![deny(unsafe_code)]
 
 pub mod admin;
+pub mod announce;
 pub mod health;
 mod json;
 pub mod metrics;
