@@ -10,6 +10,7 @@ mod backend;
 mod bench;
 mod lb;
 mod live;
+mod switch;
 
 /// OS helpers shared with the I/O layer.
 mod sys {
@@ -44,6 +45,10 @@ enum Command {
     /// The main job with an embedded default: the load balancer on generated traffic, with a report
     /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.
     Demo(lb::DemoArgs),
+    /// Run the CuckooSwitch Ethernet switch on live interfaces (`--ports IF1,IF2,... [--driver
+    /// af_packet|af_xdp] [--workers N] [--aging-secs S] [--static MAC=PORT] [--fib FILE] [--admin
+    /// ADDR]`): MAC learning, aging, flooding, static entries, metrics and tracer.
+    Switch(switch::SwitchArgs),
 }
 
 fn main() -> Result<()> {
@@ -53,5 +58,6 @@ fn main() -> Result<()> {
         Command::Backend(a) => backend::run(a),
         Command::Run(a) => lb::run(a),
         Command::Demo(a) => lb::demo(a),
+        Command::Switch(a) => switch::run(a),
     }
 }
