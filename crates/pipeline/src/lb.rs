@@ -212,7 +212,10 @@ impl LbWorker {
         pool: &mut Pool,
         now_ns: u64,
     ) {
-        self.snap.refresh();
+        if self.snap.refresh() {
+            // A reload may change the idle timeout (table sizes stay until a restart).
+            self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
+        }
         let now_ms = (now_ns / 1_000_000) as u32;
         let Self {
             id,
