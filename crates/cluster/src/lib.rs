@@ -14,14 +14,24 @@
 //! partitioning (the entry lives on the key's hash-home node: two hops).
 //!
 //! The node logic ([`Node`]) sees its interconnect only through [`Link`] and its external ports only
-//! through [`ExternalPort`], so later issues can put nodes on real interfaces; here [`MemFabric`]
-//! links nodes with lock-free rings of frame bytes and [`GenPort`] replays test traffic.
+//! through [`ExternalPort`]: [`MemFabric`] links nodes with lock-free rings of frame bytes and
+//! [`GenPort`] replays test traffic; with the `live` feature (on by default), `live` puts a node's
+//! interconnect and external ports on Linux interfaces (AF_PACKET), each node in its own network
+//! namespace or machine, the interconnect on a Linux bridge or switch ([`build_tables`] builds the
+//! tables for such nodes; `docs/cluster-live.md`).
+//!
+//! Broadcast and multicast frames (ARP requests) have no owner: the ingress node floods them to its
+//! other external ports and, in one interconnect frame, to every other node, which emits them on
+//! all its external ports (see `node.rs`).
 //!
 //! **Guarantees** (tested in `tests/cluster.rs`): every frame for a known key leaves its owner's
 //! external port exactly once; under ScaleBricks with at most one interconnect hop (zero if it
 //! entered at the owner) — before updates, after updates, and for frames entering after an update
 //! completed while traffic flows; frames that were in flight during a move take at most one extra
-//! (redirect) hop. No frame is lost by the data path (drops are counted by reason).
+//! (redirect) hop. No frame is lost by the data path (drops are counted by reason). A broadcast or
+//! multicast frame leaves every external port of the cluster except its ingress port exactly once.
+//! On real interfaces (`tests/live.rs`): hosts on different nodes reach each other (ARP, ping, UDP,
+//! TCP) and every frame crosses the interconnect at most once.
 //!
 //! # Example
 //!
@@ -51,6 +61,8 @@
 
 mod control;
 mod link;
+#[cfg(feature = "live")]
+pub mod live;
 mod node;
 mod port;
 pub mod wire;
@@ -142,6 +154,17 @@ impl ClusterConfig {
     /// Value bits of the partition table: `ceil(log2 nodes)`, at least 1.
     pub fn owner_bits(&self) -> u8 {
         (u8::BITS - (self.nodes.max(2) - 1).leading_zeros()) as u8
+    }
+
+    /// The settings of node `id`.
+    pub fn node_config(&self, id: u8) -> NodeConfig {
+        NodeConfig {
+            id,
+            nodes: self.nodes,
+            mode: self.mode,
+            burst: self.burst,
+            max_frame: self.max_frame,
+        }
     }
 
     fn validate(&self) -> Result<(), Error> {
@@ -252,6 +275,28 @@ pub fn build<P: ExternalPort>(
             why: "need one external port set per node",
         });
     }
+    let (tables, control) = build_tables(cfg, entries)?;
+    let links = MemFabric::links(n, cfg.ring_slots, cfg.max_frame + wire::ENCAP);
+    let nodes = links
+        .into_iter()
+        .zip(ports)
+        .zip(tables)
+        .enumerate()
+        .map(|(i, ((link, port), tables))| Node::new(cfg.node_config(i as u8), tables, link, port))
+        .collect();
+    Ok((Cluster { nodes }, control))
+}
+
+/// Build the tables of a cluster of `cfg.nodes` nodes holding `entries` (key, owner, port): element
+/// `i` is what node `i` reads (its FIB share and its partition-table replica), and the control
+/// plane writes them all. For nodes on other links and ports than [`build`]'s in-memory ones, e.g.
+/// `live` (feature `live`): `Node::new(cfg.node_config(i), tables[i], link, ports)`.
+pub fn build_tables(
+    cfg: &ClusterConfig,
+    entries: &[(u64, u8, u16)],
+) -> Result<(Vec<Tables>, Controller), Error> {
+    cfg.validate()?;
+    let n = cfg.nodes as usize;
     let capacity = cfg.capacity.max(entries.len()).max(1);
     let per_node = match cfg.mode {
         Mode::Duplicate => capacity,
@@ -333,33 +378,16 @@ pub fn build<P: ExternalPort>(
         }
         control.gpt = Some(up);
     }
-    let links = MemFabric::links(n, cfg.ring_slots, cfg.max_frame + wire::ENCAP);
-    let nodes = links
+    let tables = readers
         .into_iter()
-        .zip(ports)
-        .zip(readers)
         .zip(gpts)
-        .enumerate()
-        .map(|(i, (((link, port), fib), gpt))| {
-            Node::new(
-                NodeConfig {
-                    id: i as u8,
-                    nodes: cfg.nodes,
-                    mode: cfg.mode,
-                    burst: cfg.burst,
-                    max_frame: cfg.max_frame,
-                },
-                Tables {
-                    fib,
-                    gpt,
-                    hash_seed: home_seed,
-                },
-                link,
-                port,
-            )
+        .map(|(fib, gpt)| Tables {
+            fib,
+            gpt,
+            hash_seed: home_seed,
         })
         .collect();
-    Ok((Cluster { nodes }, control))
+    Ok((tables, control))
 }
 
 impl<P: ExternalPort> Cluster<P> {

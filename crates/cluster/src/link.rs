@@ -1,5 +1,6 @@
 //! Interconnect links. A node talks to the others only through the [`Link`] trait, so the same node
-//! logic runs over the in-memory fabric here and, in later issues, over real interfaces.
+//! logic runs over the in-memory fabric here and over real interfaces (`live::AfPacketLink`, feature
+//! `live`: one AF_PACKET socket on an interface of a Linux bridge or switch).
 //!
 //! [`MemFabric`] connects `n` nodes with one single-producer single-consumer ring per ordered pair
 //! (what a non-blocking switch gives: no head-of-line blocking between destinations). A ring is a
@@ -11,6 +12,7 @@
 //! switch port.
 
 use crate::port::Burst;
+use crate::wire::ALL_NODES;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,15 +32,19 @@ pub enum LinkError {
 
 /// A node's interconnect port.
 pub trait Link: Send {
-    /// Send one frame to node `to`.
+    /// Send one frame to node `to`, or to every other node if `to` is [`ALL_NODES`] (all or
+    /// nothing: a flood is never delivered to some nodes only because a queue was full). A link
+    /// may queue the frame until [`flush`](Self::flush).
     fn send(&mut self, to: u8, frame: &[u8]) -> Result<(), LinkError>;
     /// Whether at least `frames` more frames fit towards every other node (the node admits a new
     /// external burst only then, so forwarding rarely meets a full queue).
     fn room(&self, frames: usize) -> bool;
     /// Append received frames to `burst` (up to its capacity); returns how many.
     fn recv(&mut self, burst: &mut Burst) -> usize;
-    /// Frames waiting to be received.
+    /// Frames waiting to be received (for a kernel socket: at least one is waiting, or none).
     fn pending(&self) -> usize;
+    /// Transmit what [`send`](Self::send) queued. The node calls it at the end of every poll round.
+    fn flush(&mut self) {}
 }
 
 #[repr(align(64))]
@@ -168,6 +174,17 @@ pub struct MemLink {
 impl Link for MemLink {
     #[inline]
     fn send(&mut self, to: u8, frame: &[u8]) -> Result<(), LinkError> {
+        if to == ALL_NODES {
+            // This link is the only producer of its rings, so room seen here stays.
+            let mut rings = self.out.iter().flatten();
+            if frame.len() > rings.clone().next().map_or(usize::MAX, |r| r.max_frame) {
+                return Err(LinkError::TooLarge);
+            }
+            if !rings.clone().all(|r| r.len() < r.slots) {
+                return Err(LinkError::Full);
+            }
+            return rings.try_for_each(|r| r.push(frame));
+        }
         match self.out.get(to as usize) {
             Some(Some(r)) => r.push(frame),
             _ => Err(LinkError::NoRoute),
@@ -242,6 +259,29 @@ mod tests {
         }
         assert!(b.iter().any(|f| f == [9u8; 15]));
         assert!(links[0].room(4));
+    }
+
+    #[test]
+    fn send_to_all_is_all_or_nothing() {
+        let mut links = MemFabric::links(3, 2, 100);
+        links[1].send(2, &[1; 20]).unwrap();
+        links[1].send(2, &[2; 20]).unwrap();
+        // The queue to node 2 is full: node 0 gets nothing either.
+        assert_eq!(links[1].send(ALL_NODES, &[3; 20]), Err(LinkError::Full));
+        assert_eq!(links[0].pending(), 0);
+        assert_eq!(
+            links[1].send(ALL_NODES, &[3; 101]),
+            Err(LinkError::TooLarge)
+        );
+        let mut b = Burst::new(8, 100);
+        assert_eq!(links[2].recv(&mut b), 2);
+        links[1].send(ALL_NODES, &[3; 20]).unwrap();
+        for i in [0, 2] {
+            b.clear();
+            assert_eq!(links[i].recv(&mut b), 1);
+            assert_eq!(b.get(0), &[3u8; 20][..]);
+        }
+        assert_eq!(links[1].pending(), 0);
     }
 
     #[test]

@@ -12,6 +12,18 @@
 //! | interconnect `ToOwner` | FIB → emit (miss: redirect once, see below) | — | — |
 //! | interconnect `ToLookup` | — | — | FIB → emit, or → egress (hop 2) |
 //! | interconnect `ToEgress` | — | emit on the port in the shim | emit on the port in the shim |
+//! | external, broadcast/multicast | all other local ports + one `Flood` to all nodes | same | same |
+//! | interconnect `Flood` | emit on every external port, never forward | same | same |
+//!
+//! **Flooding.** A frame to a group address (broadcast, multicast: ARP requests, IPv6 neighbour
+//! discovery) has no owner. The ingress node emits it on each of its external ports except the one
+//! it came in on and sends *one* `Flood` frame to [`ALL_NODES`](crate::wire::ALL_NODES) (on a real
+//! interconnect one transmission to a group MAC that the bridge or switch replicates; on the
+//! in-memory fabric one copy per queue); each receiving node emits it on all its external ports and
+//! never forwards it. So a flood reaches every external port of the cluster but its ingress port
+//! exactly once, crossing the interconnect once. Unknown *unicast* is not flooded: every node's
+//! partition table names an owner for any key, and that owner drops what its FIB does not hold
+//! (`drop_unknown`); the control plane knows every entry (static entries, no learning).
 //!
 //! **Redirect.** While an entry moves from node A to node B the control plane first installs it at B,
 //! then points every partition table at B, then removes it from A. A frame that left its ingress
@@ -21,7 +33,7 @@
 
 use crate::link::{Link, LinkError};
 use crate::port::{Burst, ExternalPort};
-use crate::wire::{Encap, EthFrame, Interconnect, Kind, ENCAP};
+use crate::wire::{is_group, Encap, EthFrame, Interconnect, Kind, ALL_NODES, ENCAP};
 use crate::Mode;
 use fp_cuckoo::CompactReader;
 use fp_setsep::SetSep;
@@ -58,6 +70,12 @@ pub struct Counters {
     pub drop_link_full: u64,
     /// Frames too large for the interconnect after encapsulation.
     pub drop_oversize: u64,
+    /// Broadcast/multicast frames that entered at this node's external ports (flooded).
+    pub flooded: u64,
+    /// Flood frames received from the interconnect.
+    pub flood_ic_rx: u64,
+    /// Copies of flooded frames emitted on this node's external ports (not in `emitted`).
+    pub flood_emitted: u64,
 }
 
 impl Counters {
@@ -74,6 +92,9 @@ impl Counters {
         self.drop_malformed += o.drop_malformed;
         self.drop_link_full += o.drop_link_full;
         self.drop_oversize += o.drop_oversize;
+        self.flooded += o.flooded;
+        self.flood_ic_rx += o.flood_ic_rx;
+        self.flood_emitted += o.flood_emitted;
     }
 
     /// All drops.
@@ -126,6 +147,7 @@ pub struct Node<L: Link, P: ExternalPort> {
     keys: [u64; MAX_BURST],
     owner: [u16; MAX_BURST],
     ok: [bool; MAX_BURST],
+    flood: [bool; MAX_BURST],
     sub: [u64; MAX_BURST],
     subi: [u8; MAX_BURST],
     fibv: [Option<u16>; MAX_BURST],
@@ -244,6 +266,7 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
             keys: [0; MAX_BURST],
             owner: [0; MAX_BURST],
             ok: [false; MAX_BURST],
+            flood: [false; MAX_BURST],
             sub: [0; MAX_BURST],
             subi: [0; MAX_BURST],
             fibv: [None; MAX_BURST],
@@ -256,14 +279,16 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
     }
 
     /// One round: retry deferred frames, drain a burst from the interconnect, then — if nothing waits
-    /// and the interconnect has room — take a burst from the external ports. Returns the frames
-    /// handled (0: idle).
+    /// and the interconnect has room — take a burst from the external ports; finally flush the
+    /// link's and the ports' transmit queues. Returns the frames handled (0: idle).
     pub fn poll(&mut self) -> usize {
         let mut work = self.deferred.flush(&mut self.link, &mut self.counters);
         work += self.poll_interconnect();
         if self.deferred.frames.is_empty() && self.link.room(self.burst) {
             work += self.poll_external();
         }
+        self.link.flush();
+        self.port.flush();
         work
     }
 
@@ -276,8 +301,17 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
         }
         let c = &mut self.counters;
         c.ext_rx += n as u64;
+        let mut floods = 0;
         for i in 0..n {
+            self.flood[i] = false;
             match EthFrame::new_checked(self.rx.get(i)) {
+                Ok(f) if is_group(f.dst()) => {
+                    // Broadcast/multicast: no owner, flooded below.
+                    self.keys[i] = 0;
+                    self.ok[i] = false;
+                    self.flood[i] = true;
+                    floods += 1;
+                }
                 Ok(f) => {
                     self.keys[i] = f.dst_key();
                     self.ok[i] = true;
@@ -289,6 +323,10 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
                 }
             }
         }
+        if floods > 0 {
+            self.flood_external(n);
+        }
+        let c = &mut self.counters;
         let me = self.id;
         // 1. Who handles each frame: here (`owner == me`) or another node, and with which kind.
         let fwd_kind = match self.mode {
@@ -427,6 +465,46 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
         n
     }
 
+    /// Flood the group-addressed frames of the external burst: every local port but the ingress
+    /// port, and one `Flood` frame to all other nodes.
+    #[cold]
+    #[inline(never)]
+    fn flood_external(&mut self, n: usize) {
+        let me = self.id;
+        let ports = self.port.ports();
+        let c = &mut self.counters;
+        for i in 0..n {
+            if !self.flood[i] {
+                continue;
+            }
+            let frame = self.rx.get(i);
+            let ingress = self.rx.port(i);
+            c.flooded += 1;
+            for p in (0..ports).filter(|&p| p != ingress) {
+                self.port.tx(p, frame, 0);
+                c.flood_emitted += 1;
+            }
+            if self.nodes > 1 {
+                let e = Encap {
+                    from: me,
+                    to: ALL_NODES,
+                    kind: Kind::Flood,
+                    hops: 1,
+                    ingress: me,
+                    port: ingress,
+                };
+                forward(
+                    &mut self.link,
+                    &mut self.deferred,
+                    &mut self.out,
+                    c,
+                    e,
+                    frame,
+                );
+            }
+        }
+    }
+
     /// Handle one burst from the interconnect (only when the deferral buffer could take a whole
     /// burst of forwards, so forwarding does not have to drop).
     pub fn poll_interconnect(&mut self) -> usize {
@@ -449,12 +527,16 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
                 c.drop_malformed += 1;
                 continue;
             };
-            if ic.dst_node() != me {
+            let to_me = match ic.kind() {
+                Kind::Flood => ic.dst_node() == ALL_NODES && ic.src_node() != me,
+                _ => ic.dst_node() == me,
+            };
+            if !to_me {
                 c.drop_malformed += 1;
                 continue;
             }
             self.ok[i] = true;
-            if ic.kind() != Kind::ToEgress {
+            if !matches!(ic.kind(), Kind::ToEgress | Kind::Flood) {
                 // The shim check guarantees an inner Ethernet header.
                 self.keys[i] = EthFrame::new_unchecked(ic.inner()).dst_key();
                 self.sub[m] = self.keys[i];
@@ -476,6 +558,13 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
             let ic = Interconnect::new_unchecked(self.rx.get(i));
             let (kind, hops) = (ic.kind(), ic.hops());
             match kind {
+                Kind::Flood => {
+                    c.flood_ic_rx += 1;
+                    for p in 0..self.port.ports() {
+                        self.port.tx(p, ic.inner(), hops);
+                        c.flood_emitted += 1;
+                    }
+                }
                 Kind::ToEgress => {
                     self.port.tx(ic.egress_port(), ic.inner(), hops);
                     c.emitted += 1;

@@ -1,15 +1,19 @@
 //! External ports: where frames enter and leave the cluster. A node sees them only through
 //! [`ExternalPort`]; [`GenPort`] is the in-memory one used by tests and benchmarks (a traffic
-//! generator on the receive side, a counting — optionally logging — sink on the transmit side).
+//! generator on the receive side, a counting — optionally logging — sink on the transmit side), and
+//! `live::AfPacketPorts` (feature `live`) puts a node's ports on Linux interfaces.
 
 use crate::wire::{EthFrame, ETH_HDR};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A batch of frames in one preallocated buffer (no allocation per frame).
+/// A batch of frames in one preallocated buffer (no allocation per frame). Each frame carries the
+/// external port it arrived on ([`Burst::port`]; 0 unless the receiver sets it), so a node can
+/// flood a broadcast everywhere except back out of its ingress port.
 pub struct Burst {
     buf: Box<[u8]>,
     lens: Box<[u16]>,
+    ports: Box<[u16]>,
     n: usize,
     max_frame: usize,
 }
@@ -21,6 +25,7 @@ impl Burst {
         Burst {
             buf: vec![0; cap * max_frame].into_boxed_slice(),
             lens: vec![0; cap].into_boxed_slice(),
+            ports: vec![0; cap].into_boxed_slice(),
             n: 0,
             max_frame,
         }
@@ -68,22 +73,41 @@ impl Burst {
         &mut self.buf[s..s + self.max_frame]
     }
 
-    /// Keep the next slot as a frame of `len` bytes.
+    /// Keep the next slot as a frame of `len` bytes (ingress port 0).
     #[inline]
     pub fn commit(&mut self, len: usize) {
+        self.commit_from(len, 0);
+    }
+
+    /// Keep the next slot as a frame of `len` bytes that arrived on external port `port`.
+    #[inline]
+    pub fn commit_from(&mut self, len: usize, port: u16) {
         debug_assert!(len <= self.max_frame && !self.is_full());
         self.lens[self.n] = len as u16;
+        self.ports[self.n] = port;
         self.n += 1;
     }
 
-    /// Copy a frame in; false if the burst is full or the frame too long.
+    /// Copy a frame in (ingress port 0); false if the burst is full or the frame too long.
     pub fn push(&mut self, frame: &[u8]) -> bool {
+        self.push_from(frame, 0)
+    }
+
+    /// Copy a frame that arrived on external port `port` in; false if the burst is full or the
+    /// frame too long.
+    pub fn push_from(&mut self, frame: &[u8], port: u16) -> bool {
         if self.is_full() || frame.len() > self.max_frame {
             return false;
         }
         self.slot()[..frame.len()].copy_from_slice(frame);
-        self.commit(frame.len());
+        self.commit_from(frame.len(), port);
         true
+    }
+
+    /// The external port frame `i` arrived on.
+    #[inline]
+    pub fn port(&self, i: usize) -> u16 {
+        self.ports[i]
     }
 
     /// Frame `i`.
@@ -110,6 +134,7 @@ impl Burst {
                     let (src, dst) = (r * self.max_frame, w * self.max_frame);
                     self.buf.copy_within(src..src + len, dst);
                     self.lens[w] = len as u16;
+                    self.ports[w] = self.ports[r];
                 }
                 w += 1;
             }
@@ -123,13 +148,19 @@ impl Burst {
     }
 }
 
-/// A node's external ports.
+/// A node's external ports, numbered `0..ports()`.
 pub trait ExternalPort: Send {
-    /// Append received frames to `burst` (up to its capacity); returns how many.
+    /// Append received frames to `burst` (up to its capacity), each with the port it arrived on
+    /// ([`Burst::commit_from`]); returns how many.
     fn rx_burst(&mut self, burst: &mut Burst) -> usize;
     /// Emit `frame` on external port `port`; `hops` is the number of interconnect hops it took
-    /// (metadata for counters and tests, not on the wire).
+    /// (metadata for counters and tests, not on the wire). A port may queue the frame until
+    /// [`flush`](Self::flush).
     fn tx(&mut self, port: u16, frame: &[u8], hops: u8);
+    /// Number of external ports (a flooded frame goes to each, except its ingress port).
+    fn ports(&self) -> u16;
+    /// Send what [`tx`](Self::tx) queued. The node calls it at the end of every poll round.
+    fn flush(&mut self) {}
 }
 
 /// Where test traffic comes from: a fixed set of frames replayed in order.
@@ -255,6 +286,10 @@ impl GenPort {
 }
 
 impl ExternalPort for GenPort {
+    fn ports(&self) -> u16 {
+        self.sink.by_port.len() as u16
+    }
+
     fn rx_burst(&mut self, burst: &mut Burst) -> usize {
         let want = (burst.capacity() - burst.len()).min(self.remaining as usize);
         if want == 0 || self.frames.count == 0 {

@@ -9,6 +9,11 @@
 //!       [4..6] egress port (big endian, meaningful for kind ToEgress)   [6..8] zero
 //! ```
 //!
+//! A broadcast or multicast external frame is flooded: kind [`Kind::Flood`], destination node
+//! [`ALL_NODES`], outer destination [`FLOOD_MAC`] (a locally administered group address, so a
+//! switch or Linux bridge on the interconnect delivers one transmission to every node), and the
+//! egress-port field holds the port it entered on (information only).
+//!
 //! The receiving node checks the frame with [`Interconnect::new_checked`], handles it, and emits
 //! [`Interconnect::inner`] — the external frame byte for byte — on its external port: the
 //! interconnect header is stripped by taking a sub-slice, no copy.
@@ -26,6 +31,10 @@ pub const ENCAP: usize = ETH_HDR + SHIM;
 pub const ETHERTYPE_INTERCONNECT: u16 = 0x88B5;
 /// Shim version.
 pub const VERSION: u8 = 1;
+/// Destination node of a frame for every node ([`Kind::Flood`]).
+pub const ALL_NODES: u8 = 0xFF;
+/// Outer destination MAC of frames for every node: locally administered, group bit set.
+pub const FLOOD_MAC: [u8; 6] = [0x03, 0x66, 0x70, 0x6c, 0xff, 0xff];
 
 /// Why bytes are not a valid frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -164,6 +173,9 @@ pub enum Kind {
     ToLookup = 2,
     /// The egress port is resolved (in the shim): emit without a lookup.
     ToEgress = 3,
+    /// A broadcast or multicast frame: every node emits it on all its external ports and never
+    /// forwards it again (destination node [`ALL_NODES`]).
+    Flood = 4,
 }
 
 impl Kind {
@@ -172,6 +184,7 @@ impl Kind {
             1 => Ok(Kind::ToOwner),
             2 => Ok(Kind::ToLookup),
             3 => Ok(Kind::ToEgress),
+            4 => Ok(Kind::Flood),
             _ => Err(WireError::BadKind),
         }
     }
@@ -260,7 +273,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Interconnect<T> {
     /// Re-address the frame for another hop: new kind, next node, hop count and egress port.
     pub fn readdress(&mut self, from: u8, to: u8, kind: Kind, hops: u8, port: u16) {
         let b = self.buf.as_mut();
-        b[field::DST].copy_from_slice(&node_mac(to));
+        b[field::DST].copy_from_slice(&hop_mac(to));
         b[field::SRC].copy_from_slice(&node_mac(from));
         b[field::VER_KIND] = (VERSION << 4) | kind as u8;
         b[field::HOPS] = hops;
@@ -287,7 +300,7 @@ impl Encap {
         if out.len() < len {
             return Err(WireError::TooLarge);
         }
-        out[field::DST].copy_from_slice(&node_mac(self.to));
+        out[field::DST].copy_from_slice(&hop_mac(self.to));
         out[field::SRC].copy_from_slice(&node_mac(self.from));
         out[field::ETHERTYPE].copy_from_slice(&ETHERTYPE_INTERCONNECT.to_be_bytes());
         out[field::VER_KIND] = (VERSION << 4) | self.kind as u8;
@@ -304,6 +317,21 @@ impl Encap {
 /// The interconnect MAC address of a node (locally administered, unicast).
 pub const fn node_mac(node: u8) -> [u8; 6] {
     [0x02, 0x66, 0x70, 0x6c, 0x00, node]
+}
+
+/// The outer destination MAC of a hop to `to`: [`node_mac`], or [`FLOOD_MAC`] for [`ALL_NODES`].
+pub const fn hop_mac(to: u8) -> [u8; 6] {
+    if to == ALL_NODES {
+        FLOOD_MAC
+    } else {
+        node_mac(to)
+    }
+}
+
+/// Whether a MAC address is a group (broadcast or multicast) address: the frame is flooded.
+#[inline]
+pub const fn is_group(mac: [u8; 6]) -> bool {
+    mac[0] & 1 != 0
 }
 
 /// A MAC address as a 48-bit key.
@@ -395,6 +423,31 @@ mod tests {
             ),
             (Kind::ToEgress, 2, 0, 2, 1, 513)
         );
+        assert_eq!(ic.inner(), &inner[..]);
+    }
+
+    #[test]
+    fn flood_frames_go_to_the_group_address() {
+        let mut inner = [0u8; 42];
+        inner[..6].copy_from_slice(&[0xff; 6]);
+        let mut out = [0u8; 64];
+        let n = Encap {
+            from: 2,
+            to: ALL_NODES,
+            kind: Kind::Flood,
+            hops: 1,
+            ingress: 2,
+            port: 1,
+        }
+        .emit(&inner, &mut out)
+        .unwrap();
+        let ic = Interconnect::new_checked(&out[..n]).unwrap();
+        assert_eq!(
+            (ic.kind(), ic.dst_node(), ic.src_node(), ic.egress_port()),
+            (Kind::Flood, ALL_NODES, 2, 1)
+        );
+        assert_eq!(&out[..6], &FLOOD_MAC);
+        assert!(is_group(FLOOD_MAC) && is_group([0xff; 6]) && !is_group(node_mac(3)));
         assert_eq!(ic.inner(), &inner[..]);
     }
 

@@ -323,3 +323,68 @@ fn hash_partitioned_fibs_fill_to_capacity() {
         assert_eq!(total, 100_000);
     }
 }
+
+/// A flood's copy: (node, external port, hops).
+type FloodCopy = (u8, u16, u8);
+
+/// Broadcast and multicast frames are flooded: every external port of every node emits each one
+/// exactly once — except the port it entered on — with one interconnect hop away from its ingress
+/// node, and no node forwards a flood again. Unicast frames in the same bursts still leave once, at
+/// their owner.
+#[test]
+fn group_frames_are_flooded_once_to_every_other_port() {
+    let group = [0xFFFF_FFFF_FFFFu64, 0x0100_5E00_0016, 0x3333_0000_0001];
+    for mode in [Mode::ScaleBricks, Mode::Duplicate, Mode::HashPartition] {
+        for nodes in [1u8, 2, 3, 4] {
+            let es = entries(40 + nodes as u64, 50, nodes);
+            let table: HashMap<u64, (u8, u16)> = es.iter().map(|&(k, o, p)| (k, (o, p))).collect();
+            let mut keys: Vec<u64> = es.iter().map(|e| e.0).collect();
+            // Group frames between unicast ones, so bursts mix both.
+            for (i, g) in group.iter().enumerate() {
+                keys.insert(10 + 15 * i, *g);
+            }
+            let stamps = Arc::new(AtomicU64::new(0));
+            let n = keys.len() as u64;
+            let cfg = ClusterConfig::new(nodes, mode, PORTS, 100);
+            let (mut c, _) = build(&cfg, &es, ports(nodes, &keys, n, &stamps)).unwrap();
+            c.run_until_idle(1 << 20);
+            let got = drain(&mut c);
+            // stamp → (ingress node, [(node, port, hops)]); frames from node i carry source MAC
+            // 02:00:00:00:00:i and enter on its port 0.
+            let mut copies: HashMap<u64, (u8, Vec<FloodCopy>)> = HashMap::new();
+            for &(node, d) in &got {
+                if group.contains(&d.key) {
+                    let e = copies.entry(d.stamp).or_insert((d.src[5], vec![]));
+                    assert_eq!(e.0, d.src[5]);
+                    e.1.push((node, d.port, d.hops));
+                } else {
+                    let (o, p) = table[&d.key];
+                    assert_eq!((node, d.port), (o, p), "{mode:?} {nodes}");
+                }
+            }
+            assert_eq!(
+                copies.len(),
+                group.len() * nodes as usize,
+                "{mode:?} {nodes}"
+            );
+            for (stamp, (ingress, mut v)) in copies {
+                v.sort_unstable();
+                let want: Vec<FloodCopy> = (0..nodes)
+                    .flat_map(|o| (0..PORTS).map(move |p| (o, p)))
+                    .filter(|&(o, p)| (o, p) != (ingress, 0))
+                    .map(|(o, p)| (o, p, (o != ingress) as u8))
+                    .collect();
+                assert_eq!(v, want, "{mode:?} {nodes}: copies of flood {stamp}");
+            }
+            let cn = c.counters();
+            let floods = group.len() as u64 * nodes as u64;
+            assert_eq!(cn.drops(), 0, "{mode:?} {nodes}: {cn:?}");
+            assert_eq!(cn.flooded, floods);
+            // One interconnect frame per flood and other node (the in-memory fabric copies a
+            // flood into each node's queue).
+            assert_eq!(cn.flood_ic_rx, floods * (nodes as u64 - 1));
+            assert_eq!(cn.flood_emitted, floods * (nodes as u64 * PORTS as u64 - 1));
+            assert_eq!(cn.emitted, (n - group.len() as u64) * nodes as u64);
+        }
+    }
+}
