@@ -1,0 +1,98 @@
+//! Where a load-balancer worker spends its time: a loop to run under `perf record` (or
+//! `valgrind --tool=callgrind`), separate from `flowplane bench lb`, which measures.
+//!
+//! ```sh
+//! cargo build --release --example lb_cost -p fp-pipeline
+//! perf record -g target/release/examples/lb_cost constant 1000000 20000000
+//! perf record -g target/release/examples/lb_cost established 1000000 20000000
+//! ```
+//!
+//! Arguments: traffic (`constant`: one 5-tuple; `established`: uniformly random tracked
+//! connections), tracked connections, packets to process. Prints ns per packet.
+
+use fp_pipeline::config::LbConfig;
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::lb::LbWorker;
+use fp_pipeline::packet::{burst, Pool, MAX_BURST};
+use fp_pipeline::snapshot::{Builder, Published};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn flow(i: u64) -> Endpoints {
+    Endpoints {
+        src: IpAddr::V4(Ipv4Addr::from(
+            0xC612_0000u32.wrapping_add((i >> 14) as u32),
+        )),
+        sport: 1024 + (i & 0x3FFF) as u16,
+        dst: "203.0.113.10".parse().expect("literal"),
+        dport: 80,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).map_or("constant", |s| s.as_str()).to_string();
+    let conns: u64 = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let packets: u64 = args
+        .get(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000_000);
+    let cfg = LbConfig::from_toml(&format!(
+        r#"
+        [balancer]
+        address = "10.0.0.2"
+        conn_table_capacity = {}
+        conn_table_capacity_v6 = 1024
+        conn_idle_timeout_ms = 3600000
+        [[vip]]
+        name = "web"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["web"]
+        [[pool]]
+        name = "web"
+        backends = [{{ address = "10.0.1.1" }}, {{ address = "10.0.1.2" }}, {{ address = "10.0.1.3" }}]
+        "#,
+        conns + conns / 4 + 64
+    ))
+    .expect("config");
+    let snaps = Arc::new(Published::new(Arc::new(
+        Builder::new().build(Arc::new(cfg)).expect("snapshot"),
+    )));
+    let mut w = LbWorker::new(0, snaps, 1).expect("worker");
+    let mut pool = Pool::new(4 * MAX_BURST);
+    let (mut rx, mut tx) = (burst(), burst());
+    let mut frame = [0u8; 128];
+    let mut run = |w: &mut LbWorker, n: u64, syn: bool, pick: &mut dyn FnMut(u64) -> u64| {
+        let mut i = 0;
+        while i < n {
+            for _ in 0..MAX_BURST.min((n - i) as usize) {
+                let len = craft::tcp_into(&flow(pick(i)), syn, &mut frame);
+                let mut p = pool.get().expect("pool");
+                p.fill(&frame[..len]);
+                rx.push(p);
+                i += 1;
+            }
+            w.process(&mut rx, &mut tx, &mut pool, 1_000_000_000);
+            pool.put_all(&mut tx);
+            pool.put_all(&mut rx);
+        }
+    };
+    run(&mut w, conns, true, &mut |i| i);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let t = Instant::now();
+    match mode.as_str() {
+        "constant" => run(&mut w, packets, false, &mut |_| conns / 2),
+        _ => run(&mut w, packets, false, &mut |_| {
+            x = fp_hash::splitmix64(x);
+            fp_hash::reduce(x, conns)
+        }),
+    }
+    let ns = t.elapsed().as_nanos() as f64 / packets as f64;
+    println!("{mode}: {conns} connections, {packets} packets: {ns:.1} ns/packet (frame crafting included)");
+}
