@@ -59,8 +59,8 @@ struct Sample {
     offered: u64,
     /// Busy CPU time of the whole machine, ns.
     machine_ns: u64,
-    /// CPU time of the balancer process, ns.
-    balancer_ns: u64,
+    /// CPU time of the balancer process (user, system), ns.
+    balancer_ns: (u64, u64),
 }
 
 /// `/proc` reports CPU time in USER_HZ ticks, which Linux fixes at 100 per second on every
@@ -83,18 +83,19 @@ fn machine_busy_ns() -> Result<u64> {
     Ok((total - idle) * clock_tick_ns())
 }
 
-/// utime + stime of a process (all its threads), ns.
-fn process_cpu_ns(pid: u32) -> u64 {
+/// (utime, stime) of a process (all its threads), ns: user time is the pipeline's own work,
+/// system time the kernel's socket and veth work done on its behalf.
+fn process_cpu_ns(pid: u32) -> (u64, u64) {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
+        return (0, 0);
     };
     // Fields after the command name, which is in parentheses and may contain spaces.
     let Some(rest) = text.rfind(')').map(|i| &text[i + 2..]) else {
-        return 0;
+        return (0, 0);
     };
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    (ticks(11) + ticks(12)) * clock_tick_ns()
+    (ticks(11) * clock_tick_ns(), ticks(12) * clock_tick_ns())
 }
 
 struct Bed {
@@ -198,7 +199,8 @@ backends = [{{ address = "{BACKEND_IP}" }}]
 struct Outcome {
     pps: f64,
     machine_ns: f64,
-    balancer_ns: Option<f64>,
+    /// Balancer process CPU per frame: (user, system) ns.
+    balancer_ns: Option<(f64, f64)>,
     offered_pps: f64,
 }
 
@@ -247,7 +249,7 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
             delivered: lb_link.stats()?.tx_packets,
             offered: offered.load(Ordering::Relaxed),
             machine_ns: machine_busy_ns()?,
-            balancer_ns: proc.as_ref().map_or(0, |p| process_cpu_ns(p.pid())),
+            balancer_ns: proc.as_ref().map_or((0, 0), |p| process_cpu_ns(p.pid())),
         })
     };
     std::thread::sleep(Duration::from_secs(1));
@@ -283,9 +285,12 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
     Ok(Outcome {
         pps: delivered as f64 / dt,
         machine_ns: (z.machine_ns - a.machine_ns) as f64 / per as f64,
-        balancer_ns: proc
-            .as_ref()
-            .map(|_| (z.balancer_ns - a.balancer_ns) as f64 / per as f64),
+        balancer_ns: proc.as_ref().map(|_| {
+            (
+                (z.balancer_ns.0 - a.balancer_ns.0) as f64 / per as f64,
+                (z.balancer_ns.1 - a.balancer_ns.1) as f64 / per as f64,
+            )
+        }),
         offered_pps: offered_n as f64 / dt,
     })
 }
@@ -351,12 +356,16 @@ pub fn run(a: LiveArgs) -> Result<()> {
                     }
                     report.add(r)?;
                 }
-                if let Some(bn) = o.balancer_ns {
-                    report.add(Record::lower(
-                        format!("{c}_balancer_process_cpu_per_frame"),
-                        bn,
-                        "ns",
-                    ))?;
+                if let Some((user, sys)) = o.balancer_ns {
+                    report.add(
+                        Record::lower(
+                            format!("{c}_balancer_process_cpu_per_frame"),
+                            user + sys,
+                            "ns",
+                        )
+                        .param("user_ns", user.round())
+                        .param("system_ns", sys.round()),
+                    )?;
                 }
             }
         }
