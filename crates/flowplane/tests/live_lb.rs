@@ -1062,14 +1062,14 @@ def e():
     return Ether(src=me, dst=lb)
 pk = []
 for i in range({N}):
-    pk.append(e()/IP(src=cl, dst="{NOT_VIP}")/TCP(sport=50000+i, dport=80, flags="S"))
-    pk.append(e()/IP(src=cl, dst=vip)/TCP(sport=50100+i, dport=8080, flags="S"))
-    pk.append(e()/IP(src=cl, dst=vip)/UDP(sport=50200+i, dport=80)/Raw(b"x"))
-    pk.append(e()/IP(src=cl, dst=vip, chksum=0x1234)/TCP(sport=50300+i, dport=80, flags="S"))
-    pk.append(e()/IP(src=cl, dst=vip, proto=6)/Raw(b"\x00" * 8))
-    pk.append(e()/IP(src=cl, dst=vip)/TCP(sport=50400+i, dport=80, flags="S", dataofs=3))
-    pk.append(e()/IP(src=cl, dst=vip, ihl=4)/TCP(sport=50500+i, dport=80, flags="S"))
-    pk.append(e()/IP(src=cl, dst=vip, len=1000)/TCP(sport=50600+i, dport=80, flags="S"))
+    pk.append(e()/IP(src=cl, dst="{NOT_VIP}")/TCP(sport=50000+i, dport=80, flags="S"))  # address no VIP
+    pk.append(e()/IP(src=cl, dst=vip)/TCP(sport=50100+i, dport=8080, flags="S"))  # port not served
+    pk.append(e()/IP(src=cl, dst=vip)/UDP(sport=50200+i, dport=80)/Raw(b"x"))  # protocol not served
+    pk.append(e()/IP(src=cl, dst=vip, chksum=0x1234)/TCP(sport=50300+i, dport=80, flags="S"))  # ipv4_bad_checksum
+    pk.append(e()/IP(src=cl, dst=vip, proto=6)/Raw(b"\x00" * 8))  # tcp_truncated
+    pk.append(e()/IP(src=cl, dst=vip)/TCP(sport=50400+i, dport=80, flags="S", dataofs=3))  # tcp_bad_data_offset
+    pk.append(e()/IP(src=cl, dst=vip, ihl=4)/TCP(sport=50500+i, dport=80, flags="S"))  # ipv4_bad_ihl
+    pk.append(e()/IP(src=cl, dst=vip, len=1000)/TCP(sport=50600+i, dport=80, flags="S"))  # ipv4_bad_total_len
 sendp(pk, iface="eth1", verbose=False)
 m = b"FLOWPLANE-TRACE1"
 for pid in ({miss_id}, {again_id}):
