@@ -543,6 +543,9 @@ fn control_loop(
                 while let Ok(e) = health_rx.try_recv() {
                     dirty |= c.health_event(&e);
                 }
+                // A backend that just passed a check from this namespace has a fresh neighbour
+                // entry: read it now, so its first packets do not go to the gateway MAC.
+                dirty |= c.refresh_neighbors();
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(100)),
