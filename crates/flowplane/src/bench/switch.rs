@@ -14,6 +14,10 @@
 //!   copying and handing over a frame; the ratio is forwarding / baseline.
 //! * `updates` (Fig 10): Mpps at 2M entries while a writer thread on the other core applies 0..1M
 //!   updates per second (a new MAC inserted, an old one removed), next to the same without updates.
+//!
+//! `--parts live` (included by default) runs the switch on veth instead: `flowplane switch` (the
+//! built binary, one worker) between a sender namespace and a receiver namespace, next to the Linux
+//! bridge between the same namespaces in the same run. See [`live`] below.
 
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
@@ -40,6 +44,16 @@ pub struct SwitchArgs {
     /// Add the paper's billion-entry FIB (1G entries, about 8.5 GiB; only on huge pages).
     #[arg(long)]
     pub billion: bool,
+    /// Parts to run: memory (Fig 8/9/10 on in-memory ports), live (veth, next to the Linux
+    /// bridge). Default: both.
+    #[arg(long, value_delimiter = ',')]
+    pub parts: Vec<String>,
+    /// Live part: seconds measured per case (after 0.5 s of warm-up). Default 10 (quick: 2).
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// Live part: cases (default all): sender_only, linux_bridge, af_packet, af_xdp.
+    #[arg(long, value_delimiter = ',')]
+    pub live_cases: Vec<String>,
 }
 
 fn parse_size(s: &str) -> Result<u64> {
@@ -128,6 +142,29 @@ fn baseline(rx: &mut Vec<Packet>, tx: &mut [Vec<Packet>], _pool: &mut Pool) {
 }
 
 pub fn run(a: SwitchArgs) -> Result<()> {
+    let parts = ["memory", "live"];
+    if let Some(p) = a.parts.iter().find(|p| !parts.contains(&p.as_str())) {
+        anyhow::bail!(
+            "--parts: unknown part {p:?}; choose from {}",
+            parts.join(", ")
+        );
+    }
+    let want = |p: &str| a.parts.is_empty() || a.parts.iter().any(|x| x == p);
+    let mut rep = Report::new("switch", &a.common)?;
+    if want("memory") {
+        memory(&a, &mut rep)?;
+    }
+    if want("live") {
+        let secs = a
+            .secs
+            .unwrap_or(if a.common.quick { 2.0 } else { 10.0 })
+            .max(0.5);
+        live::run(&mut rep, secs, &a.live_cases)?;
+    }
+    rep.finish()
+}
+
+fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
     let quick = a.common.quick;
     let mut sizes: Vec<u64> = if a.sizes.is_empty() {
         if quick {
@@ -145,7 +182,6 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         sizes.push(1 << 30);
     }
     let (rounds, per_round) = if quick { (3, 1 << 20) } else { (5, 4 << 20) };
-    let mut rep = Report::new("switch", &a.common)?;
     rep.note(
         "4-port switch, one worker pinned to CPU 0, 60-byte frames in bursts of 32, learning off",
     );
@@ -235,8 +271,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
             )?;
         }
     }
-    updates_case(&mut rep, a.common.seed, rounds, per_round)?;
-    rep.finish()
+    updates_case(rep, a.common.seed, rounds, per_round)
 }
 
 /// Fig 10: forwarding while a writer on the other core applies updates at a fixed rate.
@@ -307,4 +342,333 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
         )?;
     }
     Ok(())
+}
+
+/// The live part: the switch on veth next to the Linux bridge, in one run.
+///
+/// ```text
+///   snd eth0 ──veth── p0 ┐ sw: `flowplane switch --ports p0,p1 --workers 1`   ┌ p1 ──veth── rcv eth0
+///   (AF_PACKET sender,   │     or br0 (Linux bridge) with p0, p1 as ports     │    (no IP address: the
+///    pinned to CPU 0)    ┘                                                    ┘     kernel drops frames)
+/// ```
+///
+/// The sender writes 60-byte UDP frames of 256 flows to the receiver's MAC as fast as its
+/// `sendmmsg` socket takes them. Cases, each with a fresh start:
+///
+/// * `sender_only` — p0 and p1 are not connected: the cost of producing a frame and dropping it
+///   in the switch namespace's stack (subtracted below to estimate the forwarding cost);
+/// * `linux_bridge` — the peer: p0 and p1 in a Linux bridge (the receiver's MAC learned first);
+/// * `af_packet`, `af_xdp` — `flowplane switch` with one worker (not pinned; the sender is on CPU 0).
+///
+/// Reported per case: frames per second reaching the receiver (its `rx_packets`), the whole
+/// machine's busy CPU time per delivered frame (`/proc/stat`: sender, softirqs, switch), that
+/// minus the `sender_only` cost per offered frame, and the switch process's own CPU time per frame.
+/// On veth a transmit runs the receiving side's stack in the sender's context: the bridge
+/// forwards inside the sender's softirq, while the switch takes frames over on its own core.
+mod live {
+    use super::{Record, Report};
+    use anyhow::{bail, Context, Result};
+    use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
+    use fp_pipeline::craft::{self, Endpoints};
+    use fp_pipeline::packet::{burst, Pool, MAX_BURST};
+    use fp_pipeline::port::Port;
+    use fp_testnet::{Link, Netns, TestNet};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const CASES: [&str; 4] = ["sender_only", "linux_bridge", "af_packet", "af_xdp"];
+    const FLOWS: usize = 256;
+    /// USER_HZ: Linux reports CPU times in /proc in 1/100 s on every architecture.
+    const TICK_NS: u64 = 10_000_000;
+
+    /// Busy time of all CPUs (all but idle and iowait), ns.
+    fn machine_busy_ns() -> Result<u64> {
+        let text = std::fs::read_to_string("/proc/stat")?;
+        let cpu = text.lines().next().context("/proc/stat is empty")?;
+        let v: Vec<u64> = cpu
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        Ok((v.iter().sum::<u64>() - idle) * TICK_NS)
+    }
+
+    /// utime + stime of a process, ns.
+    fn process_cpu_ns(pid: u32) -> u64 {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return 0;
+        };
+        let Some(rest) = text.rfind(')').map(|i| &text[i + 2..]) else {
+            return 0;
+        };
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) * TICK_NS
+    }
+
+    struct Bed {
+        _net: TestNet,
+        snd: Netns,
+        rcv: Netns,
+        sw: Netns,
+        rcv_link: Link,
+        snd_mac: [u8; 6],
+        rcv_mac: [u8; 6],
+    }
+
+    fn bed() -> Result<Bed> {
+        let net = TestNet::new("bench-switch")?;
+        let (snd, rcv, sw) = (net.ns("snd")?, net.ns("rcv")?, net.ns("sw")?);
+        for ns in [&snd, &rcv, &sw] {
+            ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+            ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+        }
+        let (se, _) = net.veth(&snd, "eth0", &sw, "p0")?;
+        let (re, _) = net.veth(&rcv, "eth0", &sw, "p1")?;
+        Ok(Bed {
+            snd_mac: se.mac()?,
+            rcv_mac: re.mac()?,
+            _net: net,
+            snd,
+            rcv,
+            sw,
+            rcv_link: re,
+        })
+    }
+
+    /// One frame from the receiver, so the bridge or the switch learns where it is.
+    fn announce_receiver(b: &Bed) -> Result<()> {
+        let src = b.rcv_mac;
+        b.rcv.enter(move || -> Result<()> {
+            let mut port = AfPacketPort::open("eth0", &AfPacketConfig::default())?;
+            let mut pool = Pool::new(4);
+            let mut out = burst();
+            let mut p = pool.get().context("pool")?;
+            let mut f = vec![0xffu8; 6];
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&[0x88, 0xb5]);
+            f.resize(60, 0);
+            p.fill(&f);
+            out.push(p);
+            port.tx_burst(&mut out, &mut pool);
+            Ok(())
+        })??;
+        std::thread::sleep(Duration::from_millis(100));
+        Ok(())
+    }
+
+    fn start_sender(
+        b: &Bed,
+        stop: Arc<AtomicBool>,
+        offered: Arc<AtomicU64>,
+    ) -> Result<std::thread::JoinHandle<Result<()>>> {
+        let (dst, src) = (b.rcv_mac, b.snd_mac);
+        Ok(b.snd.spawn_thread(move || -> Result<()> {
+            fp_io::sys::pin_to_cpu(0);
+            let mut port = AfPacketPort::open("eth0", &AfPacketConfig::default())?;
+            let frames: Vec<Vec<u8>> = (0..FLOWS)
+                .map(|i| {
+                    let e = Endpoints {
+                        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                        sport: 10_000 + i as u16,
+                        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                        dport: 9,
+                    };
+                    let mut f = vec![0u8; 128];
+                    let n = craft::udp_into(&e, 18, &mut f);
+                    f.truncate(n);
+                    f[0..6].copy_from_slice(&dst);
+                    f[6..12].copy_from_slice(&src);
+                    f
+                })
+                .collect();
+            let mut pool = Pool::new(4 * MAX_BURST);
+            let mut out = burst();
+            let mut next = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..MAX_BURST {
+                    let Some(mut p) = pool.get() else { break };
+                    p.fill(&frames[next % FLOWS]);
+                    next += 1;
+                    out.push(p);
+                }
+                let n = port.tx_burst(&mut out, &mut pool);
+                offered.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        })?)
+    }
+
+    struct Outcome {
+        pps: f64,
+        offered_pps: f64,
+        machine_ns: f64,
+        switch_ns: Option<f64>,
+    }
+
+    fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
+        let mut bridge = None;
+        let proc = match case {
+            "sender_only" => None,
+            "linux_bridge" => {
+                let br = b.sw.bridge("br0")?;
+                b.sw.link("p0").set_master(&br)?;
+                b.sw.link("p1").set_master(&br)?;
+                bridge = Some(br);
+                announce_receiver(b)?;
+                None
+            }
+            "af_packet" | "af_xdp" => {
+                let exe = std::env::current_exe()?;
+                let p =
+                    b.sw.cmd([
+                        exe.to_str().context("executable path")?,
+                        "switch",
+                        "--ports",
+                        "p0,p1",
+                        "--driver",
+                        case,
+                        "--workers",
+                        "1",
+                        "--no-pin",
+                    ])
+                    .spawn()?;
+                p.wait_log("switch ready", Duration::from_secs(20))
+                    .with_context(|| format!("the switch did not start:\n{}", p.log()))?;
+                announce_receiver(b)?;
+                Some(p)
+            }
+            other => bail!("--live-cases: unknown case {other:?}"),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let offered = Arc::new(AtomicU64::new(0));
+        let sender = start_sender(b, stop.clone(), offered.clone())?;
+        let sample = || -> Result<(Instant, u64, u64, u64, u64)> {
+            Ok((
+                Instant::now(),
+                b.rcv_link.stats()?.rx_packets,
+                offered.load(Ordering::Relaxed),
+                machine_busy_ns()?,
+                proc.as_ref().map_or(0, |p| process_cpu_ns(p.pid())),
+            ))
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        let a = sample()?;
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let z = sample()?;
+        stop.store(true, Ordering::Relaxed);
+        sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"))?
+            .context("sender")?;
+        if let Some(p) = &proc {
+            p.signal(libc::SIGTERM);
+            p.wait(Duration::from_secs(10))?;
+            let log = p.log();
+            if !log.contains("shutting down") {
+                bail!("the switch did not run to the end:\n{log}");
+            }
+            for l in log.lines().filter(|l| l.contains(": rx ") || l.contains("fib writer")) {
+                eprintln!("#   {case} {}", l.trim_start_matches("flowplane: "));
+            }
+        }
+        if bridge.is_some() {
+            b.sw.ip(&["link", "del", "br0"])?;
+        }
+        let dt = (z.0 - a.0).as_secs_f64();
+        let delivered = z.1 - a.1;
+        let offered_n = (z.2 - a.2).max(1);
+        let per = if case == "sender_only" {
+            offered_n
+        } else {
+            delivered.max(1)
+        };
+        Ok(Outcome {
+            pps: delivered as f64 / dt,
+            offered_pps: offered_n as f64 / dt,
+            machine_ns: (z.3 - a.3) as f64 / per as f64,
+            switch_ns: proc.as_ref().map(|_| (z.4 - a.4) as f64 / per as f64),
+        })
+    }
+
+    pub fn run(rep: &mut Report, secs: f64, wanted: &[String]) -> Result<()> {
+        if let Some(c) = wanted.iter().find(|c| !CASES.contains(&c.as_str())) {
+            bail!(
+                "--live-cases: unknown case {c:?}; choose from {}",
+                CASES.join(", ")
+            );
+        }
+        let cases: Vec<&str> = CASES
+            .iter()
+            .copied()
+            .filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == c))
+            .collect();
+        rep.note(&format!(
+            "live: 60-byte UDP frames of {FLOWS} flows, AF_PACKET sender pinned to CPU 0, veth -> \
+             2-port switch or Linux bridge -> veth; {secs} s per case after 0.5 s warm-up"
+        ));
+        let b = bed()?;
+        let mut got: Vec<(&str, Outcome)> = Vec::new();
+        for c in &cases {
+            let o = measure(&b, c, secs)?;
+            eprintln!(
+                "# live {c}: {:.0} kpps delivered of {:.0} offered, {:.0} ns machine CPU/frame",
+                o.pps / 1e3,
+                o.offered_pps / 1e3,
+                o.machine_ns
+            );
+            got.push((c, o));
+        }
+        let find = |n: &str| got.iter().find(|(c, _)| *c == n).map(|(_, o)| o);
+        let send_cost = find("sender_only").map(|o| o.machine_ns);
+        let bridge = find("linux_bridge");
+        for (c, o) in &got {
+            if *c == "sender_only" {
+                rep.add(
+                    Record::lower("live_sender_only_cpu_per_frame", o.machine_ns, "ns")
+                        .param("offered_kpps", (o.offered_pps / 1e3).round()),
+                )?;
+                continue;
+            }
+            let peer = bridge.filter(|_| *c != "linux_bridge");
+            let mut r = Record::higher("live_forward", o.pps / 1e3, "kpps")
+                .param("via", *c)
+                .param("offered_kpps", (o.offered_pps / 1e3).round());
+            if let Some(p) = peer {
+                r = r.peer("linux_bridge", p.pps / 1e3);
+            }
+            rep.add(r)?;
+            let mut r =
+                Record::lower("live_machine_cpu_per_frame", o.machine_ns, "ns").param("via", *c);
+            if let Some(p) = peer {
+                r = r.peer("linux_bridge", p.machine_ns);
+            }
+            rep.add(r)?;
+            if let Some(s) = send_cost {
+                let mut r = Record::lower(
+                    "live_forwarding_cpu_per_frame",
+                    (o.machine_ns - s).max(0.0),
+                    "ns",
+                )
+                .param("via", *c)
+                .param("method", "machine CPU minus sender_only");
+                if let Some(p) = peer {
+                    r = r.peer("linux_bridge", (p.machine_ns - s).max(0.0));
+                }
+                rep.add(r)?;
+            }
+            if let Some(sw) = o.switch_ns {
+                rep.add(
+                    Record::lower("live_switch_process_cpu_per_frame", sw, "ns").param("via", *c),
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
