@@ -16,11 +16,19 @@
 //!   kernel (`/proc/net/arp`, `ip -6 neigh`) every second; an unresolved backend is poked with an
 //!   empty UDP datagram so the kernel resolves it (health checks from this namespace do the same).
 //!   Until then its packets go to `balancer.gateway_mac`.
-//! * **Shutdown** (`SIGTERM`/`SIGINT`): stop the admin server and the workers, close the sockets
-//!   (the XDP program is detached), exit 0. A worker that dies stops the balancer with an error.
+//! * **BGP** (`[bgp]`, Maglev §2.1, §4.1.1): once the workers run, BIRD is started
+//!   (`fp_control::announce`) and told to announce exactly the exact-address VIPs that have at
+//!   least one healthy backend; every published snapshot re-evaluates that set, so a VIP that
+//!   loses its last backend is withdrawn and announced again when one comes back.
+//! * **Shutdown** (`SIGTERM`/`SIGINT`): withdraw every VIP, keep forwarding for `bgp.drain_ms` while
+//!   the router moves traffic away, stop BIRD, then the admin server and the workers; close the
+//!   sockets (the XDP program is detached), exit 0. A worker that dies stops the balancer with an
+//!   error after withdrawing at once (no drain: nothing forwards); if flowplane itself is killed,
+//!   BIRD dies with it (parent-death signal) and the router drops the session.
 
 use anyhow::{bail, Context, Result};
 use fp_control::admin::{AdminHandler, AdminServer};
+use fp_control::announce::Announcer;
 use fp_control::health::{self, HealthEvent, HealthMonitor, HealthOptions};
 use fp_control::metrics::{self, MaglevChanges, MetricsView, ReloadCounts, WorkerGauges};
 use fp_control::signal::{ReloadSignal, TerminateSignal};
@@ -173,9 +181,58 @@ struct Control {
     maglev: MaglevChanges,
     vips: Option<VipControl>,
     neighbors: HashMap<IpAddr, MacAddr>,
+    /// The BGP announcer (`[bgp]`), started once the workers run.
+    announcer: Option<Announcer>,
+    /// Set when the balancer is shutting down or its forwarder failed: announce nothing.
+    draining: bool,
 }
 
 impl Control {
+    /// The VIP addresses this balancer should announce now (Maglev §2.1, §4.1.1): exact VIPs of
+    /// the next hop's family with at least one healthy backend (an address serving several
+    /// VIPs is announced while any of them has one), nothing while draining.
+    fn wanted_announcements(&self) -> Vec<IpAddr> {
+        let Some(bgp) = &self.config.bgp else {
+            return Vec::new();
+        };
+        if self.draining {
+            return Vec::new();
+        }
+        let snap = self.snaps.load();
+        let mut out: Vec<IpAddr> = snap
+            .vips
+            .iter()
+            .filter(|v| v.table.is_some())
+            .filter_map(|v| match v.matcher {
+                VipMatch::Exact(a) if a.is_ipv4() == bgp.next_hop.is_ipv4() => Some(a),
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Tell the BGP speaker what to announce, if that changed.
+    fn update_announcements(&mut self) {
+        let want = self.wanted_announcements();
+        let Some(a) = self.announcer.as_mut() else {
+            return;
+        };
+        match a.set(&want) {
+            Ok(true) => log(format_args!(
+                "announcing {} VIP(s) over BGP: {}",
+                want.len(),
+                want.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Ok(false) => {}
+            Err(e) => log(format_args!("BGP announcement update failed: {e}")),
+        }
+    }
+
     /// Build a snapshot of the current config and state and publish it.
     fn publish(&mut self, why: &str) -> Result<(), String> {
         let new = self
@@ -185,6 +242,7 @@ impl Control {
         let old = self.snaps.load();
         let moved = self.maglev.record(Some(&old), &new);
         self.snaps.publish(Arc::new(new));
+        self.update_announcements();
         let moved: Vec<String> = moved.iter().map(|(v, n)| format!("{v}: {n}")).collect();
         log(format_args!(
             "snapshot {} published ({why}){}",
@@ -222,6 +280,12 @@ impl Control {
     fn try_reload(&mut self) -> Result<u64, String> {
         // Validate everything first; nothing below the trial build can fail on this config.
         let cfg = read_config(&self.path)?;
+        if cfg.bgp != self.config.bgp {
+            return Err(
+                "bgp: the BGP settings cannot change at run time (restart the balancer)"
+                    .to_string(),
+            );
+        }
         health::plan(&cfg).map_err(|e| e.to_string())?;
         let vips = steered_vips(&cfg, self.driver)?;
         let cfg = Arc::new(cfg);
@@ -396,6 +460,22 @@ impl AdminHandler for Shared {
                     ))
             );
         }
+        if let Some(a) = &c.announcer {
+            let _ = writeln!(
+                s,
+                "bgp: session {}; announcing {}",
+                a.session_state().unwrap_or_else(|e| e.to_string()),
+                if a.announced().is_empty() {
+                    "nothing".to_string()
+                } else {
+                    a.announced()
+                        .iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
         for h in c.monitor.states() {
             let mac = c
                 .neighbors
@@ -467,6 +547,8 @@ pub fn run(o: &LiveOptions) -> Result<()> {
             maglev: MaglevChanges::new(),
             vips: ports.vips,
             neighbors: HashMap::new(),
+            announcer: None,
+            draining: false,
         }),
         stats: workers.stats.clone(),
         gauges,
@@ -490,10 +572,44 @@ pub fn run(o: &LiveOptions) -> Result<()> {
         }
         None => None,
     };
+    // Announce only once the forwarder runs (and only VIPs with a healthy backend).
+    let bgp = shared.lock().config.bgp.clone();
+    if let Some(spec) = &bgp {
+        let a =
+            Announcer::start(spec).with_context(|| format!("bgp: starting {}", spec.speaker))?;
+        log(format_args!(
+            "BGP speaker {} started (pid {}), peer {} AS {}",
+            spec.speaker,
+            a.pid(),
+            spec.peer,
+            spec.peer_as
+        ));
+        let mut c = shared.lock();
+        c.announcer = Some(a);
+        c.update_announcements();
+    }
     log(format_args!("ready: {n} worker(s) on {}", o.interface));
 
     let result = control_loop(&shared, &health_rx, &term, &hup, &workers);
     log("shutting down");
+    // Drain (Maglev §4.1.1 via BGP): withdraw, keep forwarding while the router moves traffic
+    // to the other balancers, then stop. Not after a forwarder failure: nothing forwards then.
+    let announcer = {
+        let mut c = shared.lock();
+        c.draining = true;
+        c.update_announcements();
+        c.announcer.take()
+    };
+    if let (Some(spec), true) = (&bgp, result.is_ok() && announcer.is_some()) {
+        log(format_args!(
+            "VIPs withdrawn; draining for {} ms",
+            spec.drain_ms
+        ));
+        std::thread::sleep(Duration::from_millis(spec.drain_ms));
+    }
+    if let Some(a) = announcer {
+        a.stop();
+    }
     if let Some(a) = admin {
         a.shutdown();
     }
@@ -533,7 +649,7 @@ fn control_loop(
             return Ok(());
         }
         if !workers.alive() {
-            bail!("a worker thread stopped unexpectedly");
+            bail!("a worker thread stopped unexpectedly; VIPs withdrawn");
         }
         let mut dirty = false;
         match health_rx.recv_timeout(Duration::from_millis(100)) {
