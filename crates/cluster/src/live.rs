@@ -18,7 +18,8 @@
 //!   tagged with its ingress port; transmit queues per port and flushes by `sendmmsg` per port.
 //! * [`run`]: the node's poll loop; when a round finds no work it sleeps in `poll(2)` on all its
 //!   sockets (at most `idle`), so an idle node costs no CPU and a frame wakes it at once. Asked to
-//!   stop, it drains first (returns after an idle period with nothing received).
+//!   stop, it drains first (returns after an idle period with nothing received). It publishes the
+//!   node's counters ([`NodeStats`]) at idle moments for metrics readers on other threads.
 //!
 //! Sockets belong to the network namespace of the thread that creates them: open the ports on a
 //! thread inside the node's namespace (fp-testnet's `Netns::enter`, or `setns(2)`), then run the
@@ -47,7 +48,9 @@
 //! let ports = AfPacketPorts::open(&["p0", "p1"], &afp)?;
 //! let mut node = Node::new(cfg.node_config(1), tables.remove(1), link, ports);
 //! let stop = AtomicBool::new(false);
-//! live::run(&mut node, &stop, Duration::from_millis(10))?; // until `stop` is set (then drains)
+//! // Until `stop` is set (then it drains); counters published when idle, for other threads.
+//! let stats = std::sync::Mutex::new(live::NodeStats::default());
+//! live::run(&mut node, &stop, Duration::from_millis(10), Some(&stats))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -56,13 +59,14 @@ mod sys;
 use crate::link::{Link, LinkError};
 use crate::port::{Burst, ExternalPort};
 use crate::wire::{node_mac, ALL_NODES, ETHERTYPE_INTERCONNECT, ETH_HDR, FLOOD_MAC};
-use crate::Node;
+use crate::{Counters, Node};
 use fp_io::afpacket::{AfPacketConfig, AfPacketError, AfPacketPort};
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::port::Port;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// A node whose interconnect and external ports are AF_PACKET sockets.
@@ -393,25 +397,81 @@ impl ExternalPort for AfPacketPorts {
     }
 }
 
+/// What a running node publishes for readers on other threads (metrics, tests): its counters and
+/// its sockets' counters, as of its last idle moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// How many times the node has published (a reader can tell a fresh snapshot).
+    pub seq: u64,
+    /// The node's data-path counters.
+    pub counters: Counters,
+    /// The interconnect socket's counters.
+    pub link: LinkStats,
+    /// The external sockets' counters.
+    pub ports: PortsStats,
+}
+
+impl Node<AfPacketLink, AfPacketPorts> {
+    /// The node's counters and its sockets' (system calls and an allocation: not for the data
+    /// path; [`run`] publishes them when the node is idle).
+    pub fn stats(&self) -> NodeStats {
+        NodeStats {
+            seq: 0,
+            counters: self.counters,
+            link: self.link.stats(),
+            ports: self.port.stats(),
+        }
+    }
+}
+
+/// Busy rounds between two publications while the node never goes idle.
+const PUBLISH_EVERY: u32 = 4096;
+
 /// Run `node` until `stop` is set and the node has drained: poll rounds back to back while there is
 /// work; after a round with none, sleep in `poll(2)` on all of the node's sockets for at most
 /// `idle` (rounded up to a millisecond). Once `stop` is set, the node returns after the first such
 /// sleep that saw nothing arrive, so frames already on their way to it (in flight on the
 /// interconnect, or in a ring block the kernel has not handed over yet — up to its 1 ms retire
-/// timeout) are still forwarded; every round ends with a flush, so nothing stays queued. Errors
-/// only if `poll(2)` fails.
-pub fn run(node: &mut LiveNode, stop: &AtomicBool, idle: Duration) -> io::Result<()> {
+/// timeout) are still forwarded; every round ends with a flush, so nothing stays queued.
+///
+/// With `publish`, the node writes [`Node::stats`] there (incrementing `seq`) whenever it is about
+/// to sleep, and every 4096 busy rounds under continuous load: the lock is taken then, never per
+/// frame. Errors only if `poll(2)` fails.
+pub fn run(
+    node: &mut LiveNode,
+    stop: &AtomicBool,
+    idle: Duration,
+    publish: Option<&Mutex<NodeStats>>,
+) -> io::Result<()> {
     let mut fds = vec![node.link.port().as_raw_fd()];
     fds.extend(node.port.sockets().iter().map(|p| p.as_raw_fd()));
     let mut set = sys::PollSet::new(&fds);
+    let mut seq = 0u64;
+    let mut busy = 0u32;
+    let mut publish_now = |node: &LiveNode| {
+        if let Some(m) = publish {
+            seq += 1;
+            let st = NodeStats {
+                seq,
+                ..node.stats()
+            };
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = st;
+        }
+    };
     loop {
         if node.poll() > 0 {
+            busy += 1;
+            if busy == PUBLISH_EVERY {
+                busy = 0;
+                publish_now(node);
+            }
             continue;
         }
         let ready = node.link.port().rx_ready() || node.port.sockets().iter().any(|p| p.rx_ready());
         if ready {
             continue;
         }
+        publish_now(node);
         let stopping = stop.load(Ordering::Acquire);
         if !set.wait(idle)? && stopping {
             return Ok(());

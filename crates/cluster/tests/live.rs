@@ -22,14 +22,15 @@
 //! with the reason.
 
 use anyhow::{bail, ensure, Context, Result};
-use fp_cluster::live::{self, AfPacketLink, AfPacketPorts, LinkStats, LiveNode, PortsStats};
+use fp_cluster::live::{self, AfPacketLink, AfPacketPorts, LiveNode, NodeStats};
 use fp_cluster::wire::{mac_to_key, node_mac, Interconnect, Kind};
-use fp_cluster::{build_tables, ClusterConfig, Counters, Mode, Node, Update};
+use fp_cluster::{build_tables, ClusterConfig, Controller, Counters, Mode, Node, Update};
 use fp_testnet::{Netns, TestNet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// (node, external port, MAC, IPv4) of the four hosts.
 const HOSTS: [(u8, u16, [u8; 6], &str); 4] = [
@@ -99,65 +100,59 @@ fn topology(net: &TestNet) -> Result<Topology> {
     })
 }
 
-/// Run the nodes on their own threads while `f` runs here; stop them when `f` returns (or panics).
-/// A node stops once 20 ms pass with nothing arriving, so frames still in flight when `f` returns
-/// (e.g. the remote copies of a flood whose local exchange already completed) are counted in this
-/// phase.
-fn with_nodes<R>(nodes: &mut [LiveNode], f: impl FnOnce() -> R) -> R {
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
+/// The nodes' published counters once the cluster is quiet: each node has been idle (published)
+/// again since the previous look 30 ms earlier, nothing changed in between, and every frame one
+/// node sent over the interconnect the other has received. After 10 s, whatever was read last (the
+/// checks then fail with the numbers).
+fn settle(pubs: &[Mutex<NodeStats>]) -> Vec<NodeStats> {
+    let read = || -> Vec<NodeStats> {
+        pubs.iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut prev = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(30));
+        let cur = read();
+        let fresh = cur.iter().zip(&prev).all(|(c, p)| c.seq > p.seq);
+        let same = cur
+            .iter()
+            .zip(&prev)
+            .all(|(c, p)| c.counters == p.counters && c.ports.by_hops == p.ports.by_hops);
+        let (a, b) = (&cur[0].counters, &cur[1].counters);
+        let balanced = a.ic_tx == b.ic_rx && b.ic_tx == a.ic_rx;
+        if (fresh && same && balanced) || Instant::now() > deadline {
+            return cur;
         }
+        prev = cur;
     }
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = nodes
-            .iter_mut()
-            .map(|n| {
-                let stop = &stop;
-                s.spawn(move || live::run(n, stop, Duration::from_millis(20)))
-            })
+}
+
+/// Wait (up to 10 s) until `done` holds for the published counters.
+fn wait_for(pubs: &[Mutex<NodeStats>], done: impl Fn(&[NodeStats]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let cur: Vec<NodeStats> = pubs
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .collect();
-        let guard = StopOnDrop(&stop);
-        let r = f();
-        drop(guard);
-        for h in handles {
-            h.join()
-                .expect("node thread panicked")
-                .expect("poll(2) failed");
+        if done(&cur) {
+            return;
         }
-        r
-    })
-}
-
-#[derive(Clone, Debug)]
-struct Snap {
-    c: Counters,
-    link: LinkStats,
-    ports: PortsStats,
-}
-
-fn snap(nodes: &[LiveNode]) -> Vec<Snap> {
-    nodes
-        .iter()
-        .map(|n| Snap {
-            c: n.counters,
-            link: n.link.stats(),
-            ports: n.port.stats(),
-        })
-        .collect()
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Counters that hold after any traffic: nothing dropped or redirected, nothing took two hops,
 /// what one node sent over the interconnect the other received, every flood crossed once.
-fn check_invariants(s: &[Snap]) {
+fn check_invariants(s: &[NodeStats]) {
     for (i, n) in s.iter().enumerate() {
-        assert_eq!(n.c.drops(), 0, "node {i}: {:?}", n.c);
-        assert_eq!(n.c.redirected, 0, "node {i}");
+        assert_eq!(n.counters.drops(), 0, "node {i}: {:?}", n.counters);
+        assert_eq!(n.counters.redirected, 0, "node {i}");
         assert_eq!(n.ports.by_hops[2], 0, "node {i}: a frame took two hops");
-        assert_eq!(n.link.tx, n.c.ic_tx, "node {i}: link vs node");
-        assert_eq!(n.link.rx, n.c.ic_rx, "node {i}: link vs node");
+        assert_eq!(n.link.tx, n.counters.ic_tx, "node {i}: link vs node");
+        assert_eq!(n.link.rx, n.counters.ic_rx, "node {i}: link vs node");
         // (`rx_ignored` is not checked: the bridge itself sends an IGMP report when it joins the
         // multicast-router-discovery group; the link ignores it, as it should.)
         assert_eq!(
@@ -174,23 +169,32 @@ fn check_invariants(s: &[Snap]) {
             );
         }
         // Flood copies: every other local port for a local flood, every port for a remote one.
-        assert_eq!(n.c.flood_emitted, n.c.flooded + 2 * n.c.flood_ic_rx);
+        assert_eq!(
+            n.counters.flood_emitted,
+            n.counters.flooded + 2 * n.counters.flood_ic_rx
+        );
         // Unicast frames emitted after an interconnect hop are exactly the unicast frames received
         // from it; flood copies from remote floods also carry one hop.
         assert_eq!(
             n.ports.by_hops[1],
-            (n.c.ic_rx - n.c.flood_ic_rx) + 2 * n.c.flood_ic_rx
+            (n.counters.ic_rx - n.counters.flood_ic_rx) + 2 * n.counters.flood_ic_rx
         );
     }
     let (a, b) = (&s[0], &s[1]);
-    assert_eq!(a.c.ic_tx, b.c.ic_rx, "node 0 → node 1 lost or duplicated");
-    assert_eq!(b.c.ic_tx, a.c.ic_rx, "node 1 → node 0 lost or duplicated");
-    assert_eq!(a.c.flooded, b.c.flood_ic_rx);
-    assert_eq!(b.c.flooded, a.c.flood_ic_rx);
+    assert_eq!(
+        a.counters.ic_tx, b.counters.ic_rx,
+        "node 0 → node 1 lost or duplicated"
+    );
+    assert_eq!(
+        b.counters.ic_tx, a.counters.ic_rx,
+        "node 1 → node 0 lost or duplicated"
+    );
+    assert_eq!(a.counters.flooded, b.counters.flood_ic_rx);
+    assert_eq!(b.counters.flooded, a.counters.flood_ic_rx);
 }
 
-fn delta(after: &Snap, before: &Snap) -> Counters {
-    let (a, b) = (&after.c, &before.c);
+fn delta(after: &NodeStats, before: &NodeStats) -> Counters {
+    let (a, b) = (&after.counters, &before.counters);
     Counters {
         ext_rx: a.ext_rx - b.ext_rx,
         emitted: a.emitted - b.emitted,
@@ -350,7 +354,6 @@ fn interconnect_frames(path: &std::path::Path) -> Result<Vec<Captured>> {
 fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     let net = TestNet::new("cluster")?;
     let topo = topology(&net)?;
-    let h = &topo.hosts;
 
     // Control plane: the four host MACs, static.
     let cfg = ClusterConfig::new(2, Mode::ScaleBricks, 2, 64);
@@ -371,25 +374,56 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
         nodes.push(Node::new(cfg.node_config(i as u8), t, link, ports));
     }
 
+    // The nodes run on their own threads for the whole test; the scenario reads their published
+    // counters. Stopped (and drained) when the scenario ends, also on a failed assertion.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let pubs: Vec<Mutex<NodeStats>> = (0..2).map(|_| Mutex::default()).collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = nodes
+            .iter_mut()
+            .zip(&pubs)
+            .map(|(n, p)| {
+                let stop = &stop;
+                s.spawn(move || live::run(n, stop, Duration::from_millis(5), Some(p)))
+            })
+            .collect();
+        let r = {
+            let _stop = StopOnDrop(&stop);
+            scenario(&topo, &mut control, &pubs)
+        };
+        for h in handles {
+            h.join().expect("node thread panicked")?;
+        }
+        r
+    })
+}
+
+/// The phases of the test, on the running cluster.
+fn scenario(topo: &Topology, control: &mut Controller, pubs: &[Mutex<NodeStats>]) -> Result<()> {
+    let h = &topo.hosts;
+
     // 1. Pings: across the cluster both ways (the first of each needs ARP, a broadcast flooded
     // through the interconnect), and between the two hosts of one node.
-    let s0 = snap(&nodes);
-    with_nodes(&mut nodes, || -> Result<()> {
-        h[0].ping("10.77.0.3", 3)
-            .context("h0 (node 0) → h2 (node 1)")?;
-        h[2].ping("10.77.0.1", 3)
-            .context("h2 (node 1) → h0 (node 0)")?;
-        h[3].ping("10.77.0.2", 3)
-            .context("h3 (node 1) → h1 (node 0)")?;
-        h[1].ping("10.77.0.4", 3)
-            .context("h1 (node 0) → h3 (node 1)")?;
-        h[0].ping("10.77.0.2", 3)
-            .context("h0 → h1 (both on node 0)")?;
-        h[3].ping("10.77.0.3", 3)
-            .context("h3 → h2 (both on node 1)")?;
-        Ok(())
-    })?;
-    let s1 = snap(&nodes);
+    let s0 = settle(pubs);
+    h[0].ping("10.77.0.3", 3)
+        .context("h0 (node 0) → h2 (node 1)")?;
+    h[2].ping("10.77.0.1", 3)
+        .context("h2 (node 1) → h0 (node 0)")?;
+    h[3].ping("10.77.0.2", 3)
+        .context("h3 (node 1) → h1 (node 0)")?;
+    h[1].ping("10.77.0.4", 3)
+        .context("h1 (node 0) → h3 (node 1)")?;
+    h[0].ping("10.77.0.2", 3)
+        .context("h0 → h1 (both on node 0)")?;
+    h[3].ping("10.77.0.3", 3)
+        .context("h3 → h2 (both on node 1)")?;
+    let s1 = settle(pubs);
     check_invariants(&s1);
     let d: Vec<Counters> = (0..2).map(|i| delta(&s1[i], &s0[i])).collect();
     // At least the ARP requests of h0 (for h2, then h1) at node 0 and of h3 (for h1, then h2) at
@@ -429,11 +463,9 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     // interconnect: every datagram crosses once, as one encapsulated frame with one hop.
     const K: usize = 40;
     let cap = topo.bridge_ports[0].capture(&["ether", "proto", "0x88b5"])?;
-    let s1 = snap(&nodes);
-    with_nodes(&mut nodes, || {
-        udp_exchange(&h[0], &h[2], "10.77.0.3", "udp", K)
-    })?;
-    let s2 = snap(&nodes);
+    let s1 = settle(pubs);
+    udp_exchange(&h[0], &h[2], "10.77.0.3", "udp", K)?;
+    let s2 = settle(pubs);
     // Let tcpdump write what it saw, then stop it.
     std::thread::sleep(Duration::from_millis(200));
     let pcap = cap.stop()?;
@@ -478,8 +510,8 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     assert!(frames.iter().all(|f| f.inner[12..14] == [0x08, 0x00]));
 
     // 3. Bulk TCP both ways h1 (node 0) ↔ h3 (node 1): bytes intact, no checksum errors.
-    with_nodes(&mut nodes, || tcp_exchange(&h[1], &h[3], "10.77.0.4"))?;
-    let s3 = snap(&nodes);
+    tcp_exchange(&h[1], &h[3], "10.77.0.4")?;
+    let s3 = settle(pubs);
     check_invariants(&s3);
     for ns in [&h[1], &h[3], &h[0], &h[2]] {
         assert_eq!(
@@ -490,7 +522,7 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
         );
     }
     assert!(
-        s3[1].c.emitted - s2[1].c.emitted > (256 << 10) / 1500,
+        s3[1].counters.emitted - s2[1].counters.emitted > (256 << 10) / 1500,
         "the client's stream reached node 1's port"
     );
 
@@ -501,15 +533,14 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     let srv = h[2].enter(|| UdpSocket::bind("10.77.0.3:7002"))??;
     srv.set_nonblocking(true)?;
     let cli = h[0].enter(|| UdpSocket::bind("0.0.0.0:0"))??;
-    let s3 = snap(&nodes);
-    with_nodes(&mut nodes, || -> Result<()> {
-        for i in 0..5 {
-            cli.send_to(&payload("gone", i), "10.77.0.3:7002")?;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        Ok(())
-    })?;
-    let s4 = snap(&nodes);
+    let s3 = settle(pubs);
+    for i in 0..5 {
+        cli.send_to(&payload("gone", i), "10.77.0.3:7002")?;
+    }
+    let unknown = |s: &[NodeStats]| s.iter().map(|n| n.counters.drop_unknown).sum::<u64>();
+    let before = unknown(&s3);
+    wait_for(pubs, |s| unknown(s) >= before + 5);
+    let s4 = settle(pubs);
     let mut buf = [0u8; 2048];
     assert!(
         srv.recv_from(&mut buf).is_err(),
@@ -525,12 +556,9 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
         "nothing emitted to h2's port"
     );
     assert_eq!(control.set(h2_key, 1, 0)?, Update::Added);
-    with_nodes(&mut nodes, || {
-        udp_exchange(&h[0], &h[2], "10.77.0.3", "back", 5)
-    })?;
-    let s5 = snap(&nodes);
-    assert_eq!(s5[1].c.drop_unknown, s4[1].c.drop_unknown);
-    assert_eq!(s5[0].c.drop_unknown, s4[0].c.drop_unknown);
-    drop(nodes);
+    udp_exchange(&h[0], &h[2], "10.77.0.3", "back", 5)?;
+    let s5 = settle(pubs);
+    assert_eq!(s5[1].counters.drop_unknown, s4[1].counters.drop_unknown);
+    assert_eq!(s5[0].counters.drop_unknown, s4[0].counters.drop_unknown);
     Ok(())
 }
