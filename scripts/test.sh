@@ -23,5 +23,7 @@ step "loom model checks"
 # A separate target dir: --cfg loom changes every crate's build.
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-cuckoo --test loom_version
+LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
+  cargo test --locked --release --target-dir target/loom -p fp-setsep --test loom_update
 
 step "ok"
