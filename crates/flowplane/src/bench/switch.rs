@@ -541,6 +541,10 @@ mod live {
         })?)
     }
 
+    /// (time, receiver rx_packets, offered, (machine busy, irq+softirq) ns, switch process ns,
+    /// sender + ksoftirqd ns)
+    type Sample = (Instant, u64, u64, (u64, u64), u64, u64);
+
     struct Outcome {
         pps: f64,
         offered_pps: f64,
@@ -593,7 +597,7 @@ mod live {
         let offered = Arc::new(AtomicU64::new(0));
         let sender = start_sender(b, stop.clone(), offered.clone(), rate_pps)?;
         let softirqd = ksoftirqd_pids();
-        let sample = || -> Result<(Instant, u64, u64, (u64, u64), u64, u64)> {
+        let sample = || -> Result<Sample> {
             Ok((
                 Instant::now(),
                 b.rcv_link.stats()?.rx_packets,
