@@ -167,6 +167,41 @@ fn neighbors_v6(ifname: &str, out: &mut HashMap<IpAddr, MacAddr>) {
     }
 }
 
+/// Reject a reload that changes a setting fixed at start: table sizes and timeouts the workers
+/// allocated, the flow-hash seed the workers hash with (a balancer that reloaded a new seed would
+/// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
+fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), String> {
+    let (a, b) = (&old.balancer, &new.balancer);
+    let fixed: [(&str, bool); 8] = [
+        ("balancer.seed", a.seed != b.seed),
+        (
+            "balancer.conn_table_capacity",
+            a.conn_capacity != b.conn_capacity,
+        ),
+        (
+            "balancer.conn_table_capacity_v6",
+            a.conn_capacity_v6 != b.conn_capacity_v6,
+        ),
+        (
+            "balancer.fragment_table_capacity",
+            a.frag_capacity != b.frag_capacity,
+        ),
+        (
+            "balancer.fragment_timeout_ms",
+            a.frag_timeout_ms != b.frag_timeout_ms,
+        ),
+        ("balancer.max_vips", a.max_vips != b.max_vips),
+        ("balancer.max_backends", a.max_backends != b.max_backends),
+        ("bgp", old.bgp != new.bgp),
+    ];
+    match fixed.iter().find(|(_, changed)| *changed) {
+        Some((field, _)) => Err(format!(
+            "{field}: cannot change by reload (it is fixed when the balancer starts); restart it"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The balancer's control state: one lock, taken by the control loop and the admin handlers.
 struct Control {
     path: PathBuf,
@@ -280,12 +315,7 @@ impl Control {
     fn try_reload(&mut self) -> Result<u64, String> {
         // Validate everything first; nothing below the trial build can fail on this config.
         let cfg = read_config(&self.path)?;
-        if cfg.bgp != self.config.bgp {
-            return Err(
-                "bgp: the BGP settings cannot change at run time (restart the balancer)"
-                    .to_string(),
-            );
-        }
+        restart_only(&self.config, &cfg)?;
         health::plan(&cfg).map_err(|e| e.to_string())?;
         let vips = steered_vips(&cfg, self.driver)?;
         let cfg = Arc::new(cfg);
@@ -681,5 +711,83 @@ fn control_loop(
                 log(format_args!("could not build a snapshot: {e}"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+        [balancer]
+        address = "10.0.0.2"
+        seed = 7
+        conn_table_capacity = 1000
+        [[vip]]
+        name = "web"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["p"]
+        [[pool]]
+        name = "p"
+        backends = [{ address = "10.0.1.1" }]
+    "#;
+
+    fn cfg(text: &str) -> LbConfig {
+        LbConfig::from_toml(text).unwrap()
+    }
+
+    #[test]
+    fn reload_rejects_start_time_settings_naming_the_field() {
+        let old = cfg(CFG);
+        assert!(restart_only(&old, &cfg(&CFG.replace("10.0.1.1", "10.0.1.9"))).is_ok());
+        for (from, to, field) in [
+            ("seed = 7", "seed = 8", "balancer.seed"),
+            (
+                "capacity = 1000",
+                "capacity = 2000",
+                "balancer.conn_table_capacity",
+            ),
+            (
+                "seed = 7",
+                "seed = 7\n        max_backends = 10",
+                "balancer.max_backends",
+            ),
+        ] {
+            let e = restart_only(&old, &cfg(&CFG.replace(from, to))).unwrap_err();
+            assert!(e.starts_with(field), "{e}");
+        }
+        let bgp = format!("{CFG}\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n");
+        assert!(restart_only(&old, &cfg(&bgp))
+            .unwrap_err()
+            .starts_with("bgp"));
+    }
+
+    #[test]
+    fn steering_rejects_suffix_vips_only_for_af_xdp() {
+        let text = CFG.replace(
+            "address = \"203.0.113.10\"",
+            "prefix_group = \"g\"\n        suffix = \"0.0.0.10\"\n        suffix_len = 8",
+        ) + "\n[[prefix_group]]\nname = \"g\"\nprefixes = [\"203.0.113.0/24\"]\n";
+        let c = cfg(&text);
+        assert!(steered_vips(&c, Driver::AfPacket).unwrap().is_empty());
+        let e = steered_vips(&c, Driver::AfXdp).unwrap_err();
+        assert!(e.starts_with("vip[0]"), "{e}");
+    }
+
+    #[test]
+    fn mac_parsing() {
+        assert_eq!(
+            parse_mac("02:66:70:00:00:01"),
+            Some(MacAddr([2, 0x66, 0x70, 0, 0, 1]))
+        );
+        assert_eq!(
+            parse_mac("00:00:00:00:00:00"),
+            None,
+            "incomplete ARP entries"
+        );
+        assert_eq!(parse_mac("02:66:70:00:00"), None);
+        assert_eq!(parse_mac("02:66:70:00:00:01:02"), None);
     }
 }

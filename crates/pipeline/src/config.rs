@@ -337,10 +337,11 @@ pub struct BgpSpec {
 /// no ports, so the router may send a datagram's fragments to different balancers; each
 /// balancer forwards a fragment to the datagram's *owner* (a hash of source, destination and
 /// protocol over this list), GRE-encapsulated with the recursion control field set, and the
-/// owner reassembles the flow decision. Every balancer must list the same addresses.
+/// owner reassembles the flow decision. Every balancer must list the same addresses (in any order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSpec {
-    /// Every balancer's address, this one's (`balancer.address`) included.
+    /// Every balancer's address, this one's (`balancer.address`) included, sorted (so every
+    /// balancer computes the same owner whatever order its file lists them in).
     pub balancers: Vec<Ipv4Addr>,
     /// This balancer's index in `balancers`.
     pub me: usize,
@@ -1015,6 +1016,9 @@ fn validate_cluster(c: &RawCluster, b: &BalancerSpec) -> Result<ClusterSpec, Con
             }
         }
     }
+    // The owner of a datagram is an index into this list: sort it, so balancers that list the
+    // same addresses in different orders still agree.
+    balancers.sort();
     let me_addr = b.address.ok_or_else(|| {
         err(
             "cluster",
@@ -1254,7 +1258,12 @@ mod tests {
         assert_eq!(b.next_hop, IpAddr::from([10, 0, 0, 2]));
         assert_eq!((b.hold_time_s, b.drain_ms), (9, 2000));
         let cl = c.cluster.as_ref().unwrap();
-        assert_eq!(cl.me, 1);
+        // Sorted: the owner index means the same balancer everywhere.
+        assert_eq!(
+            cl.balancers,
+            [Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3)]
+        );
+        assert_eq!(cl.me, 0);
         let cases: &[(&str, &str, &str)] = &[
             ("local_as = 65001", "local_as = 0", "bgp.local_as"),
             ("peer = \"10.0.0.1\"", "peer = \"router\"", "bgp.peer"),

@@ -527,7 +527,8 @@ fn encap_for(
             vni,
             dst_port: fp_wire::vxlan::UDP_PORT,
             inner_src: local_mac,
-            inner_dst: s.mac.unwrap_or(MacAddr([0x02, 0, 0, 0, 0x42, 0x01])),
+            // Default: the VXLAN device MAC `flowplane backend --decap vxlan` creates.
+            inner_dst: s.mac.unwrap_or(MacAddr([0x02, 0x66, 0x70, 0, 0, 0x01])),
             udp_checksum: false,
         },
     };
