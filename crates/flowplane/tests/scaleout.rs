@@ -36,7 +36,9 @@
 //!    some. Then, under wrk and 40 keep-alive probe connections: lb3 starts (route grows to 3 next
 //!    hops, lb3's digest agrees, it carries moved connections), and lb1 is drained by SIGTERM
 //!    (route shrinks before lb1 stops; lb1 exits 0 after the drain time). Zero failed requests,
-//!    zero broken probe connections, and no probe connection ever changes backend.
+//!    zero broken probe connections, and no probe connection ever changes backend. Finally every
+//!    backend's nginx stops: with no healthy backend the VIPs are withdrawn (route gone, table
+//!    digest `none`); nginx comes back and they are announced again.
 //! 2. `abrupt_failures`: under the same load on three balancers, lb2's flowplane gets SIGKILL
 //!    (its BIRD must die with it: parent-death signal, and the router withdraws at once on the
 //!    closed session), then lb3 hangs (flowplane and BIRD stopped with SIGSTOP, kernel up: silent,
@@ -58,7 +60,7 @@
 //! measured figure (docs/deployment.md quotes them).
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use fp_testnet::{Netns, NginxConfig, Proc, TestNet, WrkOptions, WrkReport};
+use fp_testnet::{Netns, Nginx, NginxConfig, Proc, TestNet, WrkOptions, WrkReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -134,6 +136,8 @@ struct Lab {
     router_bird: Proc,
     router_socket: PathBuf,
     lbs: Vec<LbSlot>,
+    backends: Vec<Netns>,
+    nginx: Vec<Nginx>,
     /// Datagrams the backends' UDP receivers got: (backend, payload).
     udp_rx: Received,
     udp_stop: Arc<AtomicBool>,
@@ -187,6 +191,13 @@ fn lb_config(i: usize, state_dir: &str) -> String {
          timeout_ms = 300, rise = 2, fall = 2 }}\n",
         addr = lb_addr(i)
     )
+}
+
+fn nginx_config(i: usize) -> NginxConfig {
+    NginxConfig {
+        body: format!("{}\n", body_of(i)),
+        ..Default::default()
+    }
 }
 
 fn build_lab(tag: &str) -> Result<Lab> {
@@ -251,6 +262,8 @@ fn build_lab(tag: &str) -> Result<Lab> {
 
     let udp_rx: Received = Arc::default();
     let udp_stop = Arc::new(AtomicBool::new(false));
+    let mut nginx = Vec::new();
+    let mut backends = Vec::new();
     for i in 1..=BACKENDS {
         let ns = net.ns(&format!("b{i}"))?;
         quiet(&ns)?;
@@ -276,10 +289,8 @@ fn build_lab(tag: &str) -> Result<Lab> {
         ])
         .run()
         .context("flowplane backend")?;
-        ns.nginx(&NginxConfig {
-            body: format!("{}\n", body_of(i)),
-            ..Default::default()
-        })?;
+        nginx.push(ns.nginx(&nginx_config(i))?);
+        backends.push(ns.clone());
         let sock = ns.enter(|| UdpSocket::bind(("0.0.0.0", UDP_PORT)))??;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         let (rx, stop) = (udp_rx.clone(), udp_stop.clone());
@@ -339,6 +350,8 @@ fn build_lab(tag: &str) -> Result<Lab> {
         router_bird,
         router_socket,
         lbs,
+        backends,
+        nginx,
         udp_rx,
         udp_stop,
     })
@@ -870,6 +883,36 @@ fn ecmp_add_and_drain() -> Result<()> {
     );
     ensure!(stats.iter().all(|s| s.requests > 10), "{stats:?}");
     ensure!(lab.router_bird.is_running(), "router BIRD died");
+
+    // Health gating: every backend's nginx stops, so no VIP has a healthy backend and both
+    // balancers withdraw; nginx comes back and the VIPs are announced again.
+    for n in &lab.nginx {
+        n.proc.kill();
+    }
+    let t0 = Instant::now();
+    lab.wait_route(&[], Duration::from_secs(10))?;
+    let t_down = t0.elapsed();
+    let digest = lab.metrics(2)?.digest("web");
+    ensure!(
+        digest.as_deref() == Some("none"),
+        "lb2's table with every backend down: {digest:?}"
+    );
+    let t0 = Instant::now();
+    let restarted: Vec<Nginx> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(k, ns)| ns.nginx(&nginx_config(k + 1)))
+        .collect::<Result<_, _>>()?;
+    lab.nginx = restarted;
+    lab.wait_route(&[2, 3], Duration::from_secs(10))?;
+    println!(
+        "health gating: all backends down → both VIPs withdrawn after {t_down:?} (checks every 500 ms, fall 2); back → announced again after {:?} (rise 2)",
+        t0.elapsed()
+    );
+    let (served, failed) = new_connections(&lab.client, 12)?;
+    ensure!(failed.is_empty(), "after re-announcement: {failed:?}");
+    println!("after re-announcement: {served:?}");
     Ok(())
 }
 
