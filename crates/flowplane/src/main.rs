@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod bench;
+mod flowlet;
 mod lb;
 mod live;
 mod switch;
@@ -49,6 +50,11 @@ enum Command {
     /// af_packet|af_xdp] [--workers N] [--aging-secs S] [--static MAC=PORT] [--fib FILE] [--admin
     /// ADDR]`): MAC learning, aging, flooding, static entries, metrics and tracer.
     Switch(switch::SwitchArgs),
+    /// Run the Flowlet load balancer (Switcharoo flow-state table) offline: on a capture (`--in
+    /// IN.pcap --out OUT.pcap`) or on generated traffic (`--generate 1-pkt|2-pkt|8-pkt|zipf-flows|MIX
+    /// --packets N`), with `--outputs N`, `--gap-us 50`, `--workers N`; each forwarded frame's
+    /// destination MAC names its output; prints packets/s and per-outcome counters.
+    Flowlet(flowlet::FlowletArgs),
 }
 
 fn main() -> Result<()> {
@@ -59,5 +65,6 @@ fn main() -> Result<()> {
         Command::Run(a) => lb::run(a),
         Command::Demo(a) => lb::demo(a),
         Command::Switch(a) => switch::run(a),
+        Command::Flowlet(a) => flowlet::run(a),
     }
 }
