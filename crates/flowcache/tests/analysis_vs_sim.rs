@@ -1,7 +1,8 @@
 //! The simulator against the paper's analysis (appendices A and B) on a small cache with a fixed
 //! seed. Tolerance: 1 percentage point for the expectations (the 64 MiB benchmark reports the
-//! actual gaps at full size); cuckoo-lite must reach its lower bound within the same tolerance;
-//! Zipf hit rates must not fall below the uniform analysis (appendix C).
+//! actual gaps at full size); cuckoo-lite must reach §4.3's claimed (empirical) lower bound
+//! `0.99 min(1, 0.93 / alpha)`; Zipf hit rates must not fall below the uniform analysis
+//! (appendix C).
 
 use fp_flowcache::analysis::{self, Estimate};
 use fp_flowcache::sim::{self, Popularity, WarmUp, Workload};
@@ -40,8 +41,8 @@ fn check<D: Design>(alpha: f64) -> (f64, f64) {
             D::NAME,
             a.hit_rate
         ),
-        Estimate::LowerBound => assert!(
-            got > a.hit_rate - TOLERANCE,
+        Estimate::EmpiricalLowerBound => assert!(
+            got >= a.hit_rate,
             "{} alpha {alpha}: simulated {got:.4} below the bound {:.4}",
             D::NAME,
             a.hit_rate
@@ -66,7 +67,14 @@ fn blp_matches_appendix_b() {
 }
 
 #[test]
-fn cuckoo_lite_reaches_its_bound_and_the_order_of_table_1_holds() {
+fn cuckoo_lite_reaches_the_papers_bound() {
+    for alpha in [0.5, 1.5] {
+        check::<CuckooLite>(alpha);
+    }
+}
+
+#[test]
+fn cuckoo_lite_reaches_the_papers_bound_and_the_order_of_table_1_holds() {
     let alpha = 0.95;
     let (a4, _) = check::<SetAssoc4>(alpha);
     let (a8, _) = check::<SetAssoc8>(alpha);
