@@ -247,6 +247,15 @@ impl LbWorker {
         // Stage 1: parse, match VIPs, route fragments; collect connection keys.
         for mut p in rx.drain(..) {
             rx_bytes += p.len() as u64;
+            // On a live interface, a unicast frame to another MAC reaches us only when a bridge
+            // floods it (e.g. to a failed balancer's address): forwarding it would duplicate it.
+            if let (Some(m), Some(dst)) = (snap.local_mac, p.data().get(..6)) {
+                if dst[0] & 1 == 0 && dst != m.0 {
+                    stats.count(Outcome::OtherHost, 1);
+                    pool.put(p);
+                    continue;
+                }
+            }
             let mut s = match PacketSummary::parse(p.data()) {
                 Ok(s) => s,
                 Err(e) => {

@@ -132,6 +132,9 @@ pub struct Snapshot {
     groups: Vec<GroupState>,
     /// Fragment redirection to owner balancers, from `[cluster]`.
     pub cluster: Option<ClusterState>,
+    /// The interface's MAC when it is known ([`Builder::set_local_mac`]): unicast frames to any
+    /// other MAC are not this balancer's to forward.
+    pub local_mac: Option<MacAddr>,
 }
 
 /// Where fragments go in a scale-out deployment (Maglev §4.3): the owner of a datagram is a hash
@@ -491,6 +494,7 @@ impl Builder {
             exact_addrs,
             groups,
             cluster,
+            local_mac: self.local_mac,
         })
     }
 }

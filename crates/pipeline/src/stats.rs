@@ -71,6 +71,9 @@ outcomes! {
     TxBytes => "tx_bytes",
     /// Dropped: not addressed to any VIP.
     NonVip => "drop_non_vip",
+    /// Dropped: a unicast frame addressed to another host's MAC (a bridge flooding it, or a
+    /// promiscuous interface); only checked on live interfaces, where the local MAC is known.
+    OtherHost => "drop_other_host",
     /// Dropped: the VIP has no healthy backend.
     NoBackend => "drop_no_backend",
     /// Dropped: encapsulation failed (result larger than a buffer).

@@ -699,3 +699,28 @@ fn without_cluster_redirect_frames_are_not_vip_traffic() {
     assert!(plain.send(&red, 0).is_empty());
     assert_eq!(plain.totals().get(Outcome::NonVip), 1);
 }
+
+#[test]
+fn frames_to_other_macs_are_dropped_on_a_live_interface() {
+    let mut h = Harness::new(&FIVE);
+    let frame = craft::tcp(&flow(1), true);
+    // Offline (no interface MAC known): the destination MAC is not checked.
+    let mut other = frame.clone();
+    other[..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
+    assert_eq!(h.send(std::slice::from_ref(&other), 0).len(), 1);
+    // Live: the interface's MAC is the frames' destination MAC.
+    let mut mine = [0u8; 6];
+    mine.copy_from_slice(&frame[..6]);
+    h.builder.set_local_mac(fp_wire::ethernet::MacAddr(mine));
+    let cfg = h.published.load().config.clone();
+    let snap = h.builder.build(cfg).unwrap();
+    h.published.publish(Arc::new(snap));
+    assert_eq!(h.send(std::slice::from_ref(&frame), 0).len(), 1);
+    assert!(h.send(std::slice::from_ref(&other), 0).is_empty());
+    assert_eq!(h.totals().get(Outcome::OtherHost), 1);
+    // Broadcast and multicast destinations are not "another host": they go on to the VIP match.
+    let mut bcast = frame.clone();
+    bcast[..6].copy_from_slice(&[0xff; 6]);
+    assert_eq!(h.send(std::slice::from_ref(&bcast), 0).len(), 1);
+    assert_eq!(h.totals().get(Outcome::OtherHost), 1);
+}
