@@ -1222,7 +1222,10 @@ mod tests {
         std::fs::write(&bin, &b).unwrap();
         let v = read_fib(&bin, 3).unwrap();
         assert_eq!(v.len(), 300_000);
-        assert_eq!(v[299_999], (0x0200_0000_0000 + 299_999, (299_999u64 % 3) as u16));
+        assert_eq!(
+            v[299_999],
+            (0x0200_0000_0000 + 299_999, (299_999u64 % 3) as u16)
+        );
         std::fs::write(&bin, &b[..13]).unwrap();
         assert!(read_fib(&bin, 3).is_err());
         let _ = std::fs::remove_dir_all(&dir);
