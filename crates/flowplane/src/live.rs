@@ -248,6 +248,37 @@ impl Control {
         out
     }
 
+    /// A BGP speaker that died on its own (not through us) is started again and told what to
+    /// announce: while it is down the router has withdrawn this balancer, so it receives nothing.
+    fn keep_speaker_alive(&mut self) {
+        let Some(spec) = self.config.bgp.clone() else {
+            return;
+        };
+        if self.draining {
+            return;
+        }
+        match &self.announcer {
+            Some(a) if a.is_running() => return,
+            Some(a) => {
+                log(format_args!(
+                    "BGP speaker {} exited unexpectedly; its log:\n{}",
+                    spec.speaker,
+                    a.log_tail(20)
+                ));
+                self.announcer = None; // Dropping it removes its state files first.
+            }
+            None => {}
+        }
+        match Announcer::start(&spec) {
+            Ok(a) => {
+                log(format_args!("BGP speaker restarted (pid {})", a.pid()));
+                self.announcer = Some(a);
+                self.update_announcements();
+            }
+            Err(e) => log(format_args!("BGP speaker restart failed, will retry: {e}")),
+        }
+    }
+
     /// Tell the BGP speaker what to announce, if that changed.
     fn update_announcements(&mut self) {
         let want = self.wanted_announcements();
@@ -704,6 +735,7 @@ fn control_loop(
             let mut c = shared.lock();
             dirty |= c.refresh_neighbors();
             c.poke_unresolved();
+            c.keep_speaker_alive();
         }
         if dirty {
             let mut c = shared.lock();
