@@ -1,8 +1,13 @@
 //! In the cluster every frame for a known key leaves its owner's external port exactly once, with one
 //! interconnect hop (none if it entered at the owner) — before updates, after updates, and while
-//! updates run concurrently with traffic.
+//! updates (additions, moves, repoints, deletions) run concurrently with traffic; frames of a
+//! deleted key are never emitted once the deletion returned.
 
-use fp_cluster::{build, Cluster, ClusterConfig, Delivery, Frames, GenPort, Mode, Sink, Update};
+use fp_cluster::wire::EthFrame;
+use fp_cluster::{
+    build, Burst, Cluster, ClusterConfig, Delivery, ExternalPort, Frames, GenPort, Mode, Sink,
+    Update, MAX_HOPS,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -213,91 +218,240 @@ fn after_updates_frames_take_the_new_path() {
     }
 }
 
-/// Nodes on their own threads, the control plane moving entries while traffic flows. Every frame is
-/// emitted exactly once; frames that entered after the last update of their key completed leave
-/// at the new owner and port with one hop (zero at the owner); frames in flight during a move leave
-/// at the old or the new owner with at most one extra (redirect) hop.
+/// External ports that note the key of every frame that enters (by stamp), so that frames the
+/// cluster dropped are accounted for too, not only the ones it emitted.
+struct Tap {
+    gen: GenPort,
+    /// (stamp, key) of every frame that entered here.
+    entered: Vec<(u64, u64)>,
+}
+
+impl ExternalPort for Tap {
+    fn rx_burst(&mut self, burst: &mut Burst) -> usize {
+        let start = burst.len();
+        let n = self.gen.rx_burst(burst);
+        for i in start..start + n {
+            let f = EthFrame::new_checked(burst.get(i)).unwrap();
+            let stamp = u64::from_le_bytes(f.payload()[..8].try_into().unwrap());
+            self.entered.push((stamp, f.dst_key()));
+        }
+        n
+    }
+
+    fn tx(&mut self, port: u16, frame: &[u8], hops: u8) {
+        self.gen.tx(port, frame, hops)
+    }
+
+    fn ports(&self) -> u16 {
+        self.gen.ports()
+    }
+
+    fn flush(&mut self) {
+        self.gen.flush()
+    }
+}
+
+/// A key's history: (the stamp counter when the update completed, the entry from then on; `None`:
+/// no entry). Every key starts with one element at stamp 0.
+type History = Vec<(u64, Option<(u8, u16)>)>;
+
+/// Nodes on their own threads, the control plane adding, moving, repointing and deleting entries
+/// while traffic flows to known keys and to keys that are not (yet) in the table. Every frame is
+/// emitted at most once, and:
+/// * a frame that entered after its key's last update completed leaves at that entry's owner and
+///   port with one hop (zero at the owner) — in particular frames of a key added by `set` —, or,
+///   if that update was a `remove` (or the key never had an entry), is never emitted: it is
+///   dropped and counted as unknown;
+/// * a frame in flight during later updates of its key leaves at an owner and port from the
+///   history since it entered, with at most one extra (redirect) hop per such update, or is
+///   dropped as unknown if the key had no entry at some point of that history;
+/// * every frame that is not emitted is counted as `drop_unknown`, and nothing else is dropped.
 #[test]
 fn updates_while_traffic_flows() {
     let nodes = 4u8;
-    let es = entries(5, 3000, nodes);
-    let keys: Vec<u64> = es.iter().map(|e| e.0).collect();
+    let mut uniq = std::collections::HashSet::new();
+    let pool: Vec<(u64, u8, u16)> = entries(5, 4000, nodes)
+        .into_iter()
+        .filter(|e| uniq.insert(e.0))
+        .collect();
+    // The first 3000 keys start in the table; the others get added (and may be deleted again).
+    let (present, _) = pool.split_at(3000);
+    let keys: Vec<u64> = pool.iter().map(|e| e.0).collect();
     let stamps = Arc::new(AtomicU64::new(0));
     let per_node = 60_000u64;
     let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, 5000);
     cfg.ring_slots = 4096;
-    let (mut c, mut ctl) = build(&cfg, &es, ports(nodes, &keys, per_node, &stamps)).unwrap();
-    // history[key] = [(stamp when the update completed, owner, port)], initial entry at stamp 0.
-    let mut history: HashMap<u64, Vec<(u64, u8, u16)>> =
-        es.iter().map(|&(k, o, p)| (k, vec![(0, o, p)])).collect();
+    let taps: Vec<Tap> = ports(nodes, &keys, per_node, &stamps)
+        .into_iter()
+        .map(|gen| Tap {
+            gen,
+            entered: Vec::with_capacity(per_node as usize),
+        })
+        .collect();
+    let (mut c, mut ctl) = build(&cfg, present, taps).unwrap();
+    let mut history: HashMap<u64, History> = pool
+        .iter()
+        .enumerate()
+        .map(|(i, &(k, o, p))| (k, vec![(0, (i < present.len()).then_some((o, p)))]))
+        .collect();
     let stamps2 = stamps.clone();
-    let updates = c.run_threaded(|| {
-        let mut done = 0u64;
-        let mut i = 0usize;
-        // Keep updating until the traffic is almost over.
-        while stamps2.load(Ordering::Relaxed) < per_node * nodes as u64 * 9 / 10 {
-            let (k, _, p) = es[(fp_hash::splitmix64(i as u64) % es.len() as u64) as usize];
-            let cur = history[&k].last().unwrap();
-            let (o2, p2) = if i % 4 == 3 {
-                (cur.1, (cur.2 + 1) % PORTS)
-            } else {
-                ((cur.1 + 1) % nodes, p)
+    let (kinds, during) = c.run_threaded(|| {
+        let mut kinds: HashMap<Update, u64> = HashMap::new();
+        let mut i = 0u64;
+        let mut during = 0u64;
+        // Keep updating until the traffic is almost over, and until every kind of update ran a
+        // few times (on a slow, busy machine the traffic may end first).
+        let few = |kinds: &HashMap<Update, u64>| {
+            [
+                Update::Added,
+                Update::Moved,
+                Update::Repointed,
+                Update::Deleted,
+            ]
+            .iter()
+            .any(|u| kinds.get(u).copied().unwrap_or(0) < 50)
+        };
+        while stamps2.load(Ordering::Relaxed) < per_node * nodes as u64 * 9 / 10 || few(&kinds) {
+            let r = fp_hash::splitmix64(i ^ 0xC0FF_EE00);
+            let (k, o0, p0) = pool[(r % pool.len() as u64) as usize];
+            let cur = history[&k].last().unwrap().1;
+            // Absent keys are added; present ones moved (4/8), repointed (1/8) or deleted (3/8).
+            let (next, want) = match cur {
+                None => (
+                    Some(((o0 + (r >> 40) as u8 % nodes) % nodes, p0)),
+                    Update::Added,
+                ),
+                Some((o, p)) => match (r >> 32) % 8 {
+                    0..=3 => (Some(((o + 1) % nodes, p)), Update::Moved),
+                    4 => (Some((o, (p + 1) % PORTS)), Update::Repointed),
+                    _ => (None, Update::Deleted),
+                },
             };
-            ctl.set(k, o2, p2).unwrap();
+            let got = match next {
+                Some((o, p)) => ctl.set(k, o, p).unwrap(),
+                None => ctl.remove(k).unwrap(),
+            };
+            assert_eq!(got, want, "key {k:#x}");
             // The update is complete: a read-modify-write on the stamp counter orders it before
             // every stamp handed out later (release sequence).
             let s = stamps2.fetch_add(0, Ordering::AcqRel);
-            history.get_mut(&k).unwrap().push((s, o2, p2));
-            done += 1;
+            history.get_mut(&k).unwrap().push((s, next));
+            *kinds.entry(got).or_default() += 1;
+            during += (s < per_node * nodes as u64) as u64;
             i += 1;
             if i.is_multiple_of(64) {
                 std::thread::yield_now();
             }
         }
-        done
+        (kinds, during)
     });
-    assert!(updates > 100, "only {updates} updates ran");
+    assert!(
+        during > 100,
+        "only {during} updates ran while traffic flowed"
+    );
+    let live = history.values().filter(|h| h.last().unwrap().1.is_some());
+    assert_eq!(ctl.len(), live.count());
     let total = stamps.load(Ordering::Relaxed);
     assert_eq!(total, per_node * nodes as u64);
-    let got = drain(&mut c);
-    let cn = c.counters();
-    assert_eq!(cn.drops(), 0, "{cn:?}");
-    let mut seen = vec![false; total as usize];
-    let mut after_update = 0u64;
-    for &(node, d) in &got {
-        assert!(!seen[d.stamp as usize], "stamp {} emitted twice", d.stamp);
-        seen[d.stamp as usize] = true;
-        let h = &history[&d.key];
-        let ingress = d.src[5];
-        // The last update that completed before the frame entered.
-        let last = h.iter().rposition(|u| u.0 <= d.stamp).unwrap();
-        let (_, o, p) = h[last];
-        let next_started = h.get(last + 1).map(|u| u.0);
-        if next_started.is_none() {
-            // Entered after the key's last update completed (or the key never changed): exactly
-            // the current path.
-            assert_eq!((node, d.port), (o, p), "key {:#x} stamp {}", d.key, d.stamp);
-            assert_eq!(d.hops, (ingress != o) as u8);
-            after_update += (h.len() > 1) as u64;
-        } else {
-            // Possibly in flight during later updates: an owner from the history, and one
-            // redirect hop at most per update it was overtaken by.
-            let later = h.len() - 1 - last;
-            assert!(
-                h[last..].iter().any(|u| (u.1, u.2) == (node, d.port)),
-                "key {:#x}: emitted at node {node} port {}",
-                d.key,
-                d.port
-            );
-            assert!(
-                d.hops as usize <= 1 + later,
-                "{} hops, {later} later updates",
-                d.hops
-            );
+    // stamp → (key, ingress node).
+    let mut entered: Vec<Option<(u64, u8)>> = vec![None; total as usize];
+    for n in &c.nodes {
+        for &(s, k) in &n.port.entered {
+            assert!(entered[s as usize].replace((k, n.id())).is_none());
         }
     }
-    assert!(seen.iter().all(|&s| s), "frames lost");
-    assert!(after_update > 0);
+    // stamp → (node, port, hops) where it was emitted.
+    let mut emitted: Vec<Option<(u8, u16, u8)>> = vec![None; total as usize];
+    let mut emitted_n = 0u64;
+    for n in &mut c.nodes {
+        let id = n.id();
+        for d in n.port.gen.sink.log.as_mut().unwrap().drain(..) {
+            let (k, ingress) =
+                entered[d.stamp as usize].expect("emitted a frame that never entered");
+            assert_eq!((d.key, d.src[5]), (k, ingress));
+            let prev = emitted[d.stamp as usize].replace((id, d.port, d.hops));
+            assert!(prev.is_none(), "stamp {} emitted twice", d.stamp);
+            emitted_n += 1;
+        }
+    }
+    let cn = c.counters();
+    assert_eq!(
+        cn.drop_link_full + cn.drop_malformed + cn.drop_oversize,
+        0,
+        "{cn:?}"
+    );
+    assert_eq!(cn.emitted, emitted_n);
+    assert_eq!(cn.emitted + cn.drop_unknown, total, "frames lost: {cn:?}");
+    let (mut after_add, mut after_move, mut after_delete, mut must_drop) = (0u64, 0u64, 0u64, 0u64);
+    let mut bounced = 0u64;
+    for (s, e) in entered.iter().enumerate() {
+        let (key, ingress) = e.expect("every stamp entered");
+        let s = s as u64;
+        let h = &history[&key];
+        // The last update that completed before the frame entered, and how many followed.
+        let last = h.iter().rposition(|u| u.0 <= s).unwrap();
+        let later = h.len() - 1 - last;
+        let out = emitted[s as usize];
+        match (later, h[last].1) {
+            (0, Some((o, p))) => {
+                assert_eq!(
+                    out,
+                    Some((o, p, (ingress != o) as u8)),
+                    "key {key:#x} stamp {s}: history {h:?}"
+                );
+                if last > 0 {
+                    match h[last - 1].1 {
+                        None => after_add += 1,
+                        Some((o1, _)) if o1 != o => after_move += 1,
+                        Some(_) => {}
+                    }
+                }
+            }
+            (0, None) => {
+                assert_eq!(
+                    out, None,
+                    "key {key:#x} stamp {s}: emitted after its entry was deleted: {h:?}"
+                );
+                must_drop += 1;
+                after_delete += (last > 0) as u64;
+            }
+            (_, _) => match out {
+                Some((node, port, hops)) => {
+                    assert!(
+                        h[last..].iter().any(|u| u.1 == Some((node, port))),
+                        "key {key:#x} stamp {s}: emitted at node {node} port {port}: {h:?}"
+                    );
+                    if h[last..].iter().all(|u| u.1.is_some()) {
+                        assert!(
+                            hops as usize <= 1 + later,
+                            "key {key:#x} stamp {s}: {hops} hops, {later} later updates: {h:?}"
+                        );
+                    } else {
+                        // While a key has no entry, the partition tables map it to an arbitrary
+                        // node, and that value changes whenever another key of its group is
+                        // updated: the frame follows the newer tables, up to the hop bound.
+                        assert!(hops <= MAX_HOPS, "key {key:#x} stamp {s}: {hops} hops");
+                        if hops as usize > 1 + later {
+                            bounced += 1;
+                        }
+                    }
+                }
+                None => assert!(
+                    h[last..].iter().any(|u| u.1.is_none()),
+                    "key {key:#x} stamp {s}: dropped, but it had an entry all along: {h:?}"
+                ),
+            },
+        }
+    }
+    assert!(cn.drop_unknown >= must_drop);
+    eprintln!(
+        "updates {kinds:?}; frames {total}: emitted {emitted_n}, dropped as unknown {} ({must_drop} entered after a deletion or before any entry); checked after add {after_add}, move {after_move}, delete {after_delete}; emitted after more than one hop per update while the key had no entry: {bounced}; redirected {}",
+        cn.drop_unknown, cn.redirected
+    );
+    assert!(
+        after_add > 0 && after_move > 0 && after_delete > 0,
+        "checked after add {after_add}, move {after_move}, delete {after_delete}"
+    );
 }
 
 /// Every table of the cluster hashes with its own seed: a hash-partitioned FIB filled to its sized
