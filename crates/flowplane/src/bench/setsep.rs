@@ -12,12 +12,17 @@
 //! * **updates** — updates per second of the SetSep updater (value changes, inserts, removals), with
 //!   1 and 8 replicas (one per cluster node); the paper's 60 K updates/s per core.
 //! * **cluster** — N = 1, 2, 4, 8 in-process nodes with tables of 1 M..32 M entries (`--max-entries`):
-//!   full duplication, hash partitioning and ScaleBricks — memory per node, packets per second per
-//!   core (all nodes stepped on one thread: the work per packet, not a wall-clock rate of N
-//!   machines), interconnect hops per packet.
-//! * **live** — ScaleBricks nodes on their own threads while the control plane moves entries:
-//!   updates/s, packets/s, and a check that no frame that entered after an update completed left
-//!   anywhere but the new owner.
+//!   full duplication, hash partitioning and ScaleBricks on the same entries and traffic — memory
+//!   per node, packets per second per core (all nodes stepped on one thread: the work per packet,
+//!   not a wall-clock rate of N machines), interconnect hops per packet. Each (N, entries) runs all
+//!   three schemes before its records are written: every ScaleBricks record appears twice, with
+//!   full duplication and with hash partitioning as its peer (the plots show all three).
+//! * **live** — ScaleBricks nodes on their own threads while the control plane adds, moves,
+//!   repoints and deletes entries, with traffic to present and absent keys: updates/s, packets/s,
+//!   and checks that every frame that entered after its key's last update completed left exactly
+//!   at the new owner and port with one hop (added keys included), that no frame that entered
+//!   after its key's deletion completed was emitted (each is dropped and counted as unknown), and
+//!   that every frame is accounted for (emitted once, or counted as an unknown-key drop).
 //! * **capacity** — §6.3's analytical capacity of an n-node cluster with per-node memory M
 //!   (`M·n / (64 + (0.5 + 1.5·log2 n)·n)` 64-bit entries) against duplication and hash partitioning,
 //!   and the same curve with this implementation's measured bytes per FIB entry and SetSep bits per
@@ -29,7 +34,10 @@
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
 use anyhow::{anyhow, Context, Result};
-use fp_cluster::{ClusterConfig, Frames, GenPort, Mode, Sink};
+use fp_cluster::wire::EthFrame;
+use fp_cluster::{
+    Burst, ClusterConfig, ExternalPort, Frames, GenPort, Mode, Sink, Update, MAX_HOPS,
+};
 use fp_setsep::peer::SuxVFunc;
 use fp_setsep::{Config, SetSep, Updater};
 use std::collections::HashMap;
@@ -480,12 +488,16 @@ fn updates(a: &SetsepArgs, report: &mut Report) -> Result<()> {
 const PORTS: u16 = 4;
 const FRAME: usize = 64;
 
-/// `n` distinct 48-bit keys (multiplication by an odd constant is a bijection mod 2^48), owners
-/// uniform over `nodes`, ports uniform over `PORTS`.
+/// `n` distinct unicast MAC addresses as 48-bit keys, owners uniform over `nodes`, ports uniform
+/// over `PORTS`. Multiplication by an odd constant is a bijection mod 2^47; the 47 bits then fill
+/// every bit of the address but the group bit (bit 0 of the first byte, bit 40 of the key): a
+/// group address is flooded to every port, not forwarded to an owner.
 fn cluster_entries(n: usize, nodes: u8, seed: u64) -> Vec<(u64, u8, u16)> {
     (0..n as u64)
         .map(|i| {
-            let k = (i ^ (seed & 0xFFFF)).wrapping_mul(0x9E37_79B9_7F4B) & ((1 << 48) - 1);
+            let m = (i ^ (seed & 0xFFFF)).wrapping_mul(0x9E37_79B9_7F4B) & ((1 << 47) - 1);
+            let k = (m & ((1 << 40) - 1)) | ((m >> 40) << 41);
+            debug_assert!(!fp_cluster::wire::is_group(fp_cluster::wire::key_to_mac(k)));
             let h = fp_hash::splitmix64(k ^ seed);
             (
                 k,
@@ -558,6 +570,13 @@ fn cluster_case(
         best = best.max((c.counters().emitted - before) as f64 / secs / 1e6);
     }
     let cn = c.counters();
+    if cn.flooded != 0 {
+        return Err(anyhow!(
+            "{} n={nodes} {n}: {} frames flooded (group addresses in the test traffic)",
+            mode.name(),
+            cn.flooded
+        ));
+    }
     let emitted = cn.emitted;
     let mut mem = 0usize;
     let mut fib = 0usize;
@@ -598,15 +617,27 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
     report.note(&format!(
         "cluster: {FRAME}-byte frames to uniformly random known MACs, best of {reps} passes of {packets}, all nodes stepped on one thread (Mpps = packets per second of one core doing every node's work)"
     ));
+    report.note(
+        "cluster: each ScaleBricks record has two peers measured in the same run on the same entries and traffic: full duplication, then hash partitioning (ratio > 1: ScaleBricks ahead)",
+    );
     let modes = [Mode::Duplicate, Mode::HashPartition, Mode::ScaleBricks];
+    let plotted = |nodes: u8| nodes == *a.nodes.iter().max().unwrap_or(&1) || nodes == 4;
     let mut mpps_series: Vec<Series> = vec![];
     let mut mem_series: Vec<Series> = vec![];
     let mut fib_bpe = None;
     for &nodes in &a.nodes {
-        for &mode in &modes {
-            let mut pm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
-            let mut mm = Series::new(format!("{} n={nodes}", mode.name()), vec![]);
-            for &n in &sizes {
+        let series = || -> Vec<Series> {
+            modes
+                .iter()
+                .map(|m| Series::new(format!("{} n={nodes}", m.name()), vec![]))
+                .collect()
+        };
+        let (mut pm, mut mm) = (series(), series());
+        for &n in &sizes {
+            // All three schemes on the same entries and traffic, then the records: ScaleBricks
+            // against each baseline.
+            let mut res = Vec::with_capacity(modes.len());
+            for (i, &mode) in modes.iter().enumerate() {
                 let r = cluster_case(mode, nodes, n, packets, reps, a.common.seed)?;
                 if r.drops != 0 {
                     return Err(anyhow!(
@@ -619,25 +650,38 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
                     // A FIB sized for exactly its entries (95 % load): the §6.3 entry size.
                     fib_bpe = Some(r.fib_bytes_per_entry);
                 }
+                pm[i].points.push((n as f64, r.mpps));
+                mm[i].points.push((n as f64, r.mem_node));
+                res.push(r);
+            }
+            let [dup, hash, sb] = &res[..] else {
+                unreachable!("three modes")
+            };
+            for (peer, p) in [(Mode::Duplicate, dup), (Mode::HashPartition, hash)] {
                 let tag = |rec: Record| {
-                    rec.param("mode", mode.name())
+                    rec.param("mode", Mode::ScaleBricks.name())
                         .param("nodes", nodes)
                         .param("entries", n)
                 };
-                report.add(tag(Record::higher("cluster_forward", r.mpps, "Mpps")))?;
-                report.add(tag(Record::lower("cluster_hops", r.hops, "hops/pkt")))?;
                 report.add(
-                    tag(Record::lower("cluster_memory_per_node", r.mem_node, "MiB"))
-                        .param("fib_mib", (r.fib_mem_node * 100.0).round() / 100.0)
-                        .param("gpt_mib", (r.gpt_mem_node * 100.0).round() / 100.0),
+                    tag(Record::higher("cluster_forward", sb.mpps, "Mpps"))
+                        .peer(peer.name(), p.mpps),
                 )?;
-                pm.points.push((n as f64, r.mpps));
-                mm.points.push((n as f64, r.mem_node));
+                report.add(
+                    tag(Record::lower("cluster_hops", sb.hops, "hops/pkt"))
+                        .peer(peer.name(), p.hops),
+                )?;
+                report.add(
+                    tag(Record::lower("cluster_memory_per_node", sb.mem_node, "MiB"))
+                        .param("fib_mib", (sb.fib_mem_node * 100.0).round() / 100.0)
+                        .param("gpt_mib", (sb.gpt_mem_node * 100.0).round() / 100.0)
+                        .peer(peer.name(), p.mem_node),
+                )?;
             }
-            if nodes == *a.nodes.iter().max().unwrap_or(&1) || nodes == 4 {
-                mpps_series.push(pm);
-                mem_series.push(mm);
-            }
+        }
+        if plotted(nodes) {
+            mpps_series.extend(pm);
+            mem_series.extend(mm);
         }
     }
     if let Some(dir) = &a.common.plots {
@@ -674,86 +718,216 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
 // ---------------------------------------------------------------------------------------------
 // Live updates
 
+/// External ports that note the key of every frame that enters (by stamp), so that the check can
+/// account for frames the cluster dropped, not only for those it emitted (allocates per frame, like
+/// the sink's log: part of the measurement harness, not of the data path).
+struct Tap {
+    gen: GenPort,
+    /// (stamp, key) of every frame that entered here.
+    entered: Vec<(u64, u64)>,
+}
+
+impl ExternalPort for Tap {
+    fn rx_burst(&mut self, burst: &mut Burst) -> usize {
+        let start = burst.len();
+        let n = self.gen.rx_burst(burst);
+        for i in start..start + n {
+            if let Ok(f) = EthFrame::new_checked(burst.get(i)) {
+                if let Some(s) = f.payload().get(..8) {
+                    let stamp = u64::from_le_bytes(s.try_into().unwrap_or([0xFF; 8]));
+                    self.entered.push((stamp, f.dst_key()));
+                }
+            }
+        }
+        n
+    }
+
+    fn tx(&mut self, port: u16, frame: &[u8], hops: u8) {
+        self.gen.tx(port, frame, hops)
+    }
+
+    fn ports(&self) -> u16 {
+        self.gen.ports()
+    }
+
+    fn flush(&mut self) {
+        self.gen.flush()
+    }
+}
+
+/// What the live check saw.
+#[derive(Default, Debug)]
+struct LiveCheck {
+    /// Frames that entered while their key had an entry and no later update of it started: they
+    /// must leave exactly at that entry's owner and port, with one hop (none at the owner).
+    checked: u64,
+    /// ... of which their key had been updated (added, moved or repointed) while traffic flowed.
+    checked_after_update: u64,
+    /// ... of which the last update was an add.
+    checked_after_add: u64,
+    /// Of `checked`, those emitted at the wrong node or port, with the wrong hop count, or not at
+    /// all.
+    wrong: u64,
+    /// Frames that entered after their key's deletion completed (or while it never had an entry).
+    after_delete: u64,
+    /// ... of those emitted.
+    emitted_after_delete: u64,
+    /// Frames in flight during updates of their key, emitted at an owner not in that history or
+    /// with more hops than allowed, or dropped although the key had an entry all along.
+    wrong_in_flight: u64,
+    /// Frames emitted twice, or emitted without having entered.
+    twice: u64,
+    /// Frames emitted.
+    emitted: u64,
+    max_hops: u8,
+}
+
 fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
     let nodes = 4u8;
     let n = if a.common.quick { 100_000 } else { 1 << 20 };
     let per_node: u64 = if a.common.quick { 100_000 } else { 1_000_000 };
-    let es = cluster_entries(n, nodes, a.common.seed ^ 0x11);
+    // `n` entries in the table; `n / 4` further keys that get added (and possibly deleted again).
+    // The traffic goes to all of them, present or not.
+    let pool = cluster_entries(n + n / 4, nodes, a.common.seed ^ 0x11);
     let stamps = Arc::new(AtomicU64::new(0));
-    let ports: Vec<GenPort> = (0..nodes)
+    let ports: Vec<Tap> = (0..nodes)
         .map(|i| {
             let keys: Vec<u64> = (0..65_536u64)
-                .map(|j| es[(fp_hash::splitmix64(j ^ ((i as u64) << 40)) % n as u64) as usize].0)
+                .map(|j| {
+                    pool[(fp_hash::splitmix64(j ^ ((i as u64) << 40)) % pool.len() as u64) as usize]
+                        .0
+                })
                 .collect();
-            GenPort::new(
-                Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
-                per_node,
-                stamps.clone(),
-                Sink::new(PORTS as usize, true),
-            )
+            Tap {
+                gen: GenPort::new(
+                    Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
+                    per_node,
+                    stamps.clone(),
+                    Sink::new(PORTS as usize, true),
+                ),
+                entered: Vec::with_capacity(per_node as usize),
+            }
         })
         .collect();
-    let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, n + n / 4);
+    let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, pool.len());
     cfg.max_frame = 128;
     cfg.ring_slots = 4096;
     cfg.build_threads = 2;
-    let (mut c, mut ctl) = fp_cluster::build(&cfg, &es, ports)?;
-    let mut history: HashMap<u64, Vec<(u64, u8, u16)>> =
-        es.iter().map(|&(k, o, p)| (k, vec![(0, o, p)])).collect();
+    let (mut c, mut ctl) = fp_cluster::build(&cfg, &pool[..n], ports)?;
+    // history[key] = [(stamp counter when the update completed, entry from then on)].
+    type History = Vec<(u64, Option<(u8, u16)>)>;
+    let mut history: HashMap<u64, History> = pool
+        .iter()
+        .enumerate()
+        .map(|(i, &(k, o, p))| (k, vec![(0, (i < n).then_some((o, p)))]))
+        .collect();
     let total = per_node * nodes as u64;
     let st = stamps.clone();
     let t = Instant::now();
-    let (done, ctl_secs) = c.run_threaded(|| -> Result<(u64, f64)> {
+    let (kinds, ctl_secs) = c.run_threaded(|| -> Result<(HashMap<Update, u64>, f64)> {
         let t = Instant::now();
+        let mut kinds: HashMap<Update, u64> = HashMap::new();
         let mut i = 0u64;
         while st.load(Ordering::Relaxed) < total * 95 / 100 {
-            let (k, _, _) = es[(fp_hash::splitmix64(i ^ 0x77) % n as u64) as usize];
-            let cur = *history[&k].last().unwrap_or(&(0, 0, 0));
-            let (o2, p2) = if i % 4 == 3 {
-                (cur.1, (cur.2 + 1) % PORTS)
-            } else {
-                ((cur.1 + 1) % nodes, cur.2)
+            let r = fp_hash::splitmix64(i ^ 0x77);
+            let (k, o0, p0) = pool[(r % pool.len() as u64) as usize];
+            let cur = history[&k].last().and_then(|u| u.1);
+            // Absent keys are added; present ones moved (4/8), repointed (1/8) or deleted (3/8).
+            let next = match cur {
+                None => Some(((o0 + (r >> 40) as u8 % nodes) % nodes, p0)),
+                Some((o, p)) => match (r >> 32) % 8 {
+                    0..=3 => Some(((o + 1) % nodes, p)),
+                    4 => Some((o, (p + 1) % PORTS)),
+                    _ => None,
+                },
             };
-            ctl.set(k, o2, p2)?;
+            let u = match next {
+                Some((o, p)) => ctl.set(k, o, p)?,
+                None => ctl.remove(k)?,
+            };
+            // Complete on every node: every stamp handed out from now on is ordered after it.
             let s = st.fetch_add(0, Ordering::AcqRel);
-            history.get_mut(&k).expect("known key").push((s, o2, p2));
+            history.get_mut(&k).expect("known key").push((s, next));
+            *kinds.entry(u).or_default() += 1;
             i += 1;
         }
-        Ok((i, t.elapsed().as_secs_f64()))
+        Ok((kinds, t.elapsed().as_secs_f64()))
     })?;
     let secs = t.elapsed().as_secs_f64();
+    let done: u64 = kinds.values().sum();
     let cn = c.counters();
-    // Check: every frame exactly once; frames that entered after their key's last update
-    // completed left at the new owner and port with one hop at most.
-    let mut seen = vec![false; total as usize];
-    let (mut wrong, mut after, mut twice) = (0u64, 0u64, 0u64);
-    let mut max_hops = 0u8;
+    // stamp → (key, ingress node) and stamp → (node, port, hops) where it left.
+    let mut entered: Vec<Option<(u64, u8)>> = vec![None; total as usize];
+    let mut out: Vec<Option<(u8, u16, u8)>> = vec![None; total as usize];
+    let mut ck = LiveCheck::default();
     for node in &c.nodes {
-        for d in node.port.sink.log.as_deref().unwrap_or(&[]) {
-            let s = d.stamp as usize;
-            if s >= seen.len() || seen[s] {
-                twice += 1;
-                continue;
-            }
-            seen[s] = true;
-            max_hops = max_hops.max(d.hops);
-            let h = &history[&d.key];
-            let last = h.iter().rposition(|u| u.0 <= d.stamp).unwrap_or(0);
-            if last + 1 == h.len() && h.len() > 1 {
-                after += 1;
-                let (_, o, p) = h[last];
-                if (node.id(), d.port) != (o, p) || d.hops != (d.src[5] != o) as u8 {
-                    wrong += 1;
-                }
+        for &(s, k) in &node.port.entered {
+            if let Some(e) = entered.get_mut(s as usize) {
+                *e = Some((k, node.id()));
             }
         }
     }
-    let lost = seen.iter().filter(|&&x| !x).count();
+    for node in &c.nodes {
+        for d in node.port.gen.sink.log.as_deref().unwrap_or(&[]) {
+            let s = d.stamp as usize;
+            match out.get_mut(s) {
+                Some(o @ None) if entered[s].map(|e| e.0) == Some(d.key) => {
+                    *o = Some((node.id(), d.port, d.hops));
+                    ck.emitted += 1;
+                    ck.max_hops = ck.max_hops.max(d.hops);
+                }
+                _ => ck.twice += 1,
+            }
+        }
+    }
+    for (s, e) in entered.iter().enumerate() {
+        let Some((key, ingress)) = *e else {
+            ck.wrong_in_flight += 1; // a stamp that never entered: cannot happen
+            continue;
+        };
+        let h = &history[&key];
+        let last = h.iter().rposition(|u| u.0 <= s as u64).unwrap_or(0);
+        let later = h.len() - 1 - last;
+        match (later, h[last].1, out[s]) {
+            (0, Some((o, p)), got) => {
+                ck.checked += 1;
+                if last > 0 {
+                    ck.checked_after_update += 1;
+                    ck.checked_after_add += h[last - 1].1.is_none() as u64;
+                }
+                if got != Some((o, p, (ingress != o) as u8)) {
+                    ck.wrong += 1;
+                }
+            }
+            (0, None, got) => {
+                ck.after_delete += 1;
+                ck.emitted_after_delete += got.is_some() as u64;
+            }
+            (_, _, got) => {
+                let always = h[last..].iter().all(|u| u.1.is_some());
+                let ok = match got {
+                    Some((node, port, hops)) => {
+                        h[last..].iter().any(|u| u.1 == Some((node, port)))
+                            && (hops as usize <= 1 + later || (!always && hops <= MAX_HOPS))
+                    }
+                    None => !always,
+                };
+                ck.wrong_in_flight += !ok as u64;
+            }
+        }
+    }
+    let other_drops = cn.drop_link_full + cn.drop_malformed + cn.drop_oversize + cn.flooded;
+    let unaccounted = total - ck.emitted.min(total);
+    let k = |u| kinds.get(&u).copied().unwrap_or(0);
     report.add(
         Record::higher("live_updates", done as f64 / ctl_secs / 1e3, "Kupdates/s")
             .param("nodes", nodes)
             .param("entries", n)
             .param("replicas", nodes)
+            .param("adds", k(Update::Added))
+            .param("moves", k(Update::Moved))
+            .param("repoints", k(Update::Repointed))
+            .param("deletes", k(Update::Deleted))
             .param("paper_per_core", 60.0),
     )?;
     report.add(
@@ -766,16 +940,36 @@ fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
             ),
     )?;
     report.add(
-        Record::lower("live_wrong_owner_after_update", wrong as f64, "frames")
-            .param("checked", after)
-            .param("lost", lost)
-            .param("duplicated", twice)
+        Record::lower("live_wrong_owner_after_update", ck.wrong as f64, "frames")
+            .param("checked", ck.checked)
+            .param("checked_after_update", ck.checked_after_update)
+            .param("checked_after_add", ck.checked_after_add)
+            .param("wrong_in_flight", ck.wrong_in_flight)
+            .param("duplicated", ck.twice)
             .param("redirected", cn.redirected)
-            .param("max_hops", max_hops),
+            .param("max_hops", ck.max_hops),
     )?;
-    if wrong > 0 || lost > 0 || twice > 0 {
+    report.add(
+        Record::lower(
+            "live_emitted_after_delete",
+            ck.emitted_after_delete as f64,
+            "frames",
+        )
+        .param("checked", ck.after_delete)
+        .param("dropped_unknown", cn.drop_unknown)
+        .param("not_emitted", unaccounted),
+    )?;
+    if ck.wrong > 0
+        || ck.wrong_in_flight > 0
+        || ck.twice > 0
+        || ck.emitted_after_delete > 0
+        || other_drops > 0
+        || ck.emitted + cn.drop_unknown != total
+    {
         return Err(anyhow!(
-            "live updates: {wrong} frames at a wrong owner, {lost} lost, {twice} duplicated"
+            "live updates: {ck:?}; {other_drops} frames dropped for other reasons than an unknown key, or flooded; {} emitted + {} dropped as unknown != {total} frames",
+            ck.emitted,
+            cn.drop_unknown
         ));
     }
     Ok(())
