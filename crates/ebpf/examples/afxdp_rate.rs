@@ -280,7 +280,22 @@ fn main() {
             mode,
             ..Default::default()
         };
-        let mut port = in_ns(&a, || AfXdpPort::open("xa0", 0, &cfg).unwrap());
+        // The previous case's socket is released by the kernel asynchronously after close: a
+        // bind to the same queue right after can fail with EBUSY for a few milliseconds.
+        let mut port = in_ns(&a, || {
+            let mut tries = 0;
+            loop {
+                match AfXdpPort::open("xa0", 0, &cfg) {
+                    Ok(p) => break p,
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        let _ = e;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
         eprintln!("{}", port.info());
         pin(0);
         let mut pool = Pool::new(4096);
