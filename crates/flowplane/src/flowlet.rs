@@ -63,7 +63,6 @@ use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
 use fp_pipeline::port::{Port, PortStats};
 use fp_wire::ip::{IpPair, IpProtocol};
 use fp_wire::PacketSummary;
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
@@ -691,14 +690,33 @@ impl Dispatch<'_> {
 
 // ---- generated traffic --------------------------------------------------------------------------
 
-/// A port that turns a Switcharoo workload (`fp_flowstate::workload`) into UDP frames of
-/// `frame_bytes` bytes with the workload's 5-tuples and timestamps.
+/// A port that turns a Switcharoo workload (`fp_flowstate::workload`) into IPv4/UDP frames of
+/// `frame_bytes` bytes with the workload's 5-tuples and timestamps. Each frame is a copy of one
+/// template with the addresses, ports and IPv4 header checksum patched; the UDP checksum is 0 ("not
+/// computed", allowed over IPv4), so generating a frame does not cost more than balancing it.
 struct WorkloadPort {
     gen: TrafficGen,
     left: u64,
-    frame_bytes: usize,
+    template: Vec<u8>,
     start_ns: u64,
     stats: PortStats,
+}
+
+impl WorkloadPort {
+    fn new(gen: TrafficGen, packets: u64, frame_bytes: usize, start_ns: u64) -> WorkloadPort {
+        let mut template = vec![0u8; frame_bytes];
+        let e = Endpoints::new("192.0.2.1", 1, "192.0.2.2", 2);
+        let n = craft::udp_into(&e, frame_bytes - 42, &mut template);
+        debug_assert_eq!(n, frame_bytes);
+        template[40..42].fill(0);
+        WorkloadPort {
+            gen,
+            left: packets,
+            template,
+            start_ns,
+            stats: PortStats::default(),
+        }
+    }
 }
 
 impl Port for WorkloadPort {
@@ -711,13 +729,17 @@ impl Port for WorkloadPort {
         while n < max && self.left > 0 {
             let Some(mut p) = pool.get() else { break };
             let g = self.gen.next().expect("the workload generator is endless");
-            let e = Endpoints {
-                src: IpAddr::V4(Ipv4Addr::from(g.key.src)),
-                sport: g.key.sport,
-                dst: IpAddr::V4(Ipv4Addr::from(g.key.dst)),
-                dport: g.key.dport,
-            };
-            let len = craft::udp_into(&e, self.frame_bytes - 42, p.rx_area());
+            let len = self.template.len();
+            let f = &mut p.rx_area()[..len];
+            f.copy_from_slice(&self.template);
+            f[26..30].copy_from_slice(&g.key.src.to_be_bytes());
+            f[30..34].copy_from_slice(&g.key.dst.to_be_bytes());
+            f[34..36].copy_from_slice(&g.key.sport.to_be_bytes());
+            f[36..38].copy_from_slice(&g.key.dport.to_be_bytes());
+            f[24..26].fill(0);
+            let h: &[u8; 20] = f[14..34].try_into().expect("20 bytes");
+            let sum = fp_wire::checksum::finish(fp_wire::checksum::sum20(h));
+            f[24..26].copy_from_slice(&sum.to_be_bytes());
             p.set_len(len);
             p.ts_ns = self.start_ns + g.at;
             out.push(p);
@@ -764,13 +786,13 @@ fn generator(a: &FlowletArgs, name: &str, seed: u64) -> Result<Box<dyn Port>> {
             );
         }
         let gbps = a.mpps * 1e6 * a.frame_bytes as f64 * 8.0 / 1e9;
-        return Ok(Box::new(WorkloadPort {
-            gen: TrafficGen::new(w, gbps, a.frame_bytes as u32, seed),
-            left: a.packets,
-            frame_bytes: a.frame_bytes,
+        let gen = TrafficGen::new(w, gbps, a.frame_bytes as u32, seed);
+        return Ok(Box::new(WorkloadPort::new(
+            gen,
+            a.packets,
+            a.frame_bytes,
             start_ns,
-            stats: PortStats::default(),
-        }));
+        )));
     }
     let Some(mix) = Mix::named(name, a.conns.max(1)) else {
         bail!(
@@ -1056,4 +1078,76 @@ fn report(s: &Summary, o: &RunOpts) -> serde_json::Value {
         },
         "in_flight_end": in_flight,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_hops_and_mac_parsing() {
+        assert_eq!(default_next_hop(0), [0x02, 0x66, 0x6c, 0, 0, 0]);
+        assert_eq!(default_next_hop(0x1234), [0x02, 0x66, 0x6c, 0, 0x12, 0x34]);
+        assert_eq!(
+            parse_mac("0a:1B:2c:3d:4e:5f").unwrap(),
+            [0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]
+        );
+        for bad in [
+            "0a:1b:2c:3d:4e",
+            "0a:1b:2c:3d:4e:5f:60",
+            "0a:1b:2c:3d:4e:zz",
+            "0a:1b:2c:3d:4e:123",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn workload_frames_carry_the_workload_keys_and_parse() {
+        let gen = TrafficGen::new(Workload::EIGHT, 100.0, 1000, 3);
+        let mut expect = TrafficGen::new(Workload::EIGHT, 100.0, 1000, 3);
+        let mut port = WorkloadPort::new(gen, 100, 1000, 5);
+        let mut pool = Pool::new(64);
+        let mut got = 0;
+        while !port.exhausted() {
+            let mut b = Vec::new();
+            assert!(port.rx_burst(&mut pool, &mut b, MAX_BURST) > 0);
+            for p in b {
+                let g = expect.next().unwrap();
+                let s = PacketSummary::parse(p.data()).expect("a valid frame");
+                assert_eq!(p.len(), 1000);
+                assert_eq!(p.ts_ns, 5 + g.at);
+                let Key::V4(k) = Key::of(&s) else {
+                    panic!("IPv4 expected")
+                };
+                assert_eq!(
+                    (k.src, k.dst, k.sport, k.dport),
+                    (g.key.src, g.key.dst, g.key.sport, g.key.dport)
+                );
+                got += 1;
+                pool.put(p);
+            }
+        }
+        assert_eq!(got, 100);
+    }
+
+    #[test]
+    fn fragments_are_keyed_without_ports() {
+        let e = Endpoints::new("198.51.100.1", 5000, "203.0.113.1", 6000);
+        let frags = craft::udp_fragments(&e, 3000, 1200, 9);
+        let keys: Vec<_> = frags
+            .iter()
+            .map(|f| match Key::of(&PacketSummary::parse(f).unwrap()) {
+                Key::V4(k) => k,
+                Key::V6(_) => panic!("IPv4 expected"),
+            })
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!((keys[0].sport, keys[0].dport, keys[0].proto), (0, 0, 17));
+        let whole = craft::udp(&e, 100);
+        let Key::V4(k) = Key::of(&PacketSummary::parse(&whole).unwrap()) else {
+            panic!("IPv4 expected")
+        };
+        assert_eq!((k.sport, k.dport), (5000, 6000));
+    }
 }
