@@ -18,7 +18,11 @@
 //!   and let them leave only in order; with [`Mode::Strict`] (the default) a packet also reads and
 //!   updates its state only when it is next to leave, which is appendix A's full consistency
 //!   (Lemma 3.7); [`Mode::Weak`] is the paper's Tofino behaviour, [`Mode::Unordered`] its
-//!   "w/o ordering" baseline.
+//!   "w/o ordering" baseline. Appendix A's LAST-LOOKUP-T1/T2 arrays are *not* implemented: a switch
+//!   needs them because a slot's value register comes before the ordering registers, so a packet
+//!   touches its state before it can know whether it is its turn; here a looking-up packet reaches the
+//!   value only after the ordering stage, and the head rule of [`Mode::Strict`] gives Lemma 3.7 from
+//!   PACKET-COUNTER / NEXT-PACKET alone (docs/flowstate.md has the argument).
 //! * **§3.5 — termination**: recirculation limits that stay safe when packets or swaps are dropped
 //!   (see [`table`] for the rules and why they cannot reorder packets or duplicate state).
 //! * **§2, §5 — Flowlet**: [`FlowletLb`], the paper's driving network function, with a batch API for
