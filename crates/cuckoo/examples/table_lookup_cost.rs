@@ -2,8 +2,8 @@
 //! do not drift with machine load the way timings do):
 //!
 //! ```text
-//! cargo build --profile dev-bench -p fp-cuckoo --example lookup_cost
-//! valgrind --tool=callgrind target/dev-bench/examples/lookup_cost batch 1000000
+//! cargo build --profile dev-bench -p fp-cuckoo --example table_lookup_cost
+//! valgrind --tool=callgrind target/dev-bench/examples/table_lookup_cost batch 1000000
 //! ```
 //! Prints lookups done; divide callgrind's instruction total (minus the `build` run's) by it.
 
