@@ -283,15 +283,10 @@ fn validate(a: &BackendArgs, iface: &str) -> Result<()> {
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let bad = || anyhow!("--vxlan-mac {s:?}: expected six hex bytes like 02:66:70:00:00:01");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut m = [0u8; 6];
-    for (o, p) in m.iter_mut().zip(parts) {
-        *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
+    let m = s
+        .parse::<fp_wire::ethernet::MacAddr>()
+        .map_err(|_| anyhow!("--vxlan-mac {s:?}: expected six hex bytes like 02:66:70:00:00:01"))?
+        .0;
     if m[0] & 1 != 0 {
         bail!("--vxlan-mac {s}: a multicast address cannot be a device address");
     }

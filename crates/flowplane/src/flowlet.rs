@@ -158,18 +158,14 @@ pub fn default_next_hop(o: u16) -> [u8; 6] {
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let parts: Vec<&str> = s.trim().split([':', '-']).collect();
-    if parts.len() != 6 {
-        bail!("--next-hops: {s:?} is not a MAC address (six hex bytes separated by ':')");
-    }
-    let mut m = [0u8; 6];
-    for (b, p) in m.iter_mut().zip(&parts) {
-        *b = u8::from_str_radix(p, 16)
-            .ok()
-            .filter(|_| p.len() <= 2)
-            .with_context(|| format!("--next-hops: {s:?} is not a MAC address"))?;
-    }
-    Ok(m)
+    // '-' separators (Windows style) are accepted too.
+    s.trim()
+        .replace('-', ":")
+        .parse::<fp_wire::ethernet::MacAddr>()
+        .map(|m| m.0)
+        .with_context(|| {
+            format!("--next-hops: {s:?} is not a MAC address (six hex bytes separated by ':')")
+        })
 }
 
 // ---- flow keys ----------------------------------------------------------------------------------

@@ -111,16 +111,9 @@ fn interface_mac(ifname: &str) -> Result<MacAddr> {
     parse_mac(text.trim()).with_context(|| format!("interface {ifname:?}: bad address {text:?}"))
 }
 
+/// A neighbour's MAC; the kernel shows an incomplete entry as all zeros.
 fn parse_mac(s: &str) -> Option<MacAddr> {
-    let mut m = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut m {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    if parts.next().is_some() || m == [0; 6] {
-        return None;
-    }
-    Some(MacAddr(m))
+    s.parse().ok().filter(|m: &MacAddr| m.0 != [0; 6])
 }
 
 /// Complete IPv4 neighbour entries of `ifname` from `/proc/net/arp` (flag ATF_COM).

@@ -150,18 +150,9 @@ fn log(msg: impl std::fmt::Display) {
 
 /// `aa:bb:cc:dd:ee:ff` → 48-bit integer.
 fn parse_mac(s: &str) -> Option<Mac> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let mut m = 0u64;
-    for p in parts {
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        m = m << 8 | u8::from_str_radix(p, 16).ok()? as u64;
-    }
-    Some(m)
+    s.parse::<fp_wire::ethernet::MacAddr>()
+        .ok()
+        .map(|m| m.to_u64())
 }
 
 /// A JSON string literal.
@@ -183,11 +174,7 @@ fn json_str(v: &str) -> String {
 }
 
 fn mac_text(m: Mac) -> String {
-    let b = m.to_be_bytes();
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        b[2], b[3], b[4], b[5], b[6], b[7]
-    )
+    fp_wire::ethernet::MacAddr::from_u64(m).to_string()
 }
 
 /// `MAC=PORT` with PORT an index or one of `ports`.

@@ -460,19 +460,12 @@ struct RawHealth {
 }
 
 fn parse_mac(field: &str, s: &str) -> Result<MacAddr, ConfigError> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(err(
+    s.parse().map_err(|_| {
+        err(
             field,
             format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"),
-        ));
-    }
-    let mut m = [0u8; 6];
-    for (b, p) in m.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16)
-            .map_err(|_| err(field, format!("{s:?} is not a MAC address")))?;
-    }
-    Ok(MacAddr(m))
+        )
+    })
 }
 
 fn parse_ip(field: &str, s: &str) -> Result<IpAddr, ConfigError> {

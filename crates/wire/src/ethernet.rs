@@ -81,6 +81,39 @@ impl fmt::Display for MacAddr {
     }
 }
 
+/// The text was not a MAC address: six groups of one or two hex digits separated by `:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseMacError;
+
+impl fmt::Display for ParseMacError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a MAC address (aa:bb:cc:dd:ee:ff)")
+    }
+}
+
+impl core::error::Error for ParseMacError {}
+
+impl core::str::FromStr for MacAddr {
+    type Err = ParseMacError;
+
+    /// Parse `aa:bb:cc:dd:ee:ff` (one or two hex digits per byte, either case).
+    fn from_str(s: &str) -> core::result::Result<MacAddr, ParseMacError> {
+        let mut m = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in &mut m {
+            let p = parts.next().ok_or(ParseMacError)?;
+            if p.is_empty() || p.len() > 2 {
+                return Err(ParseMacError);
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| ParseMacError)?;
+        }
+        match parts.next() {
+            Some(_) => Err(ParseMacError),
+            None => Ok(MacAddr(m)),
+        }
+    }
+}
+
 impl fmt::Debug for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
@@ -320,6 +353,26 @@ mod tests {
         0x08, 0x00, // IPv4
         0xde, 0xad, 0xbe, 0xef,
     ];
+
+    #[test]
+    fn mac_text_parses_and_round_trips() {
+        let m: MacAddr = "02:66:70:0:0:1".parse().unwrap();
+        assert_eq!(m, MacAddr([2, 0x66, 0x70, 0, 0, 1]));
+        assert_eq!(
+            std::string::ToString::to_string(&m).parse::<MacAddr>(),
+            Ok(m)
+        );
+        for bad in [
+            "",
+            "02:66:70:00:00",
+            "02:66:70:00:00:01:02",
+            "02:66:70:00:00:1g",
+            "002:66:70:00:00:01",
+            "02::70:00:00:01",
+        ] {
+            assert_eq!(bad.parse::<MacAddr>(), Err(ParseMacError), "{bad:?}");
+        }
+    }
 
     #[test]
     fn parse_fixture() {
