@@ -37,7 +37,7 @@
 //! The same counters and maps are used (the VIP map exists but is not consulted), so the AF_XDP
 //! port code is the same for both.
 
-use crate::asm::{Asm, AsmError, Cond, Insn, Size, R0, R1, R10, R2, R3, R4, R5, R6, R8, R9};
+use crate::asm::{Asm, AsmError, Cond, Insn, Label, Size, R0, R1, R10, R2, R3, R4, R5, R6, R8, R9};
 use crate::map::{Map, MapType, Update};
 use crate::prog::{ProgType, Program, XdpLink, XdpMode};
 use crate::{helper, Error, Result};
@@ -168,32 +168,7 @@ pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn
     a.add64(R2, -16);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp(Cond::Eq, R0, 0, out);
-    a.ld_map_fd(R1, xsks);
-    a.load(Size::W, R2, R6, 16); // rx_queue_index
-    a.mov64(R3, helper::xdp::PASS); // fallback when the queue has no socket
-    a.call(helper::REDIRECT_MAP);
-    a.mov64(R8, R0);
-    a.mov64(R9, counter::TO_SOCKET as i32);
-    a.jmp(Cond::Eq, R0, helper::xdp::REDIRECT, out);
-    a.mov64(R9, counter::NO_SOCKET as i32);
-    a.ja(out);
-
-    a.bind(malformed);
-    a.mov64(R9, counter::MALFORMED as i32);
-
-    a.bind(out);
-    a.store(Size::W, R10, -20, R9);
-    a.ld_map_fd(R1, stats);
-    a.mov64(R2, R10);
-    a.add64(R2, -20);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp(Cond::Eq, R0, 0, ret);
-    a.load(Size::DW, R1, R0, 0);
-    a.add64(R1, 1);
-    a.store(Size::DW, R0, 0, R1);
-    a.bind(ret);
-    a.mov64(R0, R8);
-    a.exit();
+    redirect_and_count(&mut a, xsks, stats, [malformed, out, ret], -20);
     a.finish()
 }
 
@@ -209,6 +184,20 @@ pub fn program_all(xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmE
     a.mov64(R4, R2);
     a.add64(R4, 14);
     a.jmp(Cond::Gt, R4, R3, malformed);
+    redirect_and_count(&mut a, xsks, stats, [malformed, out, ret], -4);
+    a.finish()
+}
+
+/// The end both programs share: redirect to the socket of the frame's queue (`XDP_PASS` if it has
+/// none), bump the per-CPU counter in R9 (`counter_slot`: a free 4-byte stack slot for its key),
+/// return R8. Binds the `malformed`, `out` and `ret` labels the caller jumps to.
+fn redirect_and_count(
+    a: &mut Asm,
+    xsks: i32,
+    stats: i32,
+    [malformed, out, ret]: [Label; 3],
+    counter_slot: i16,
+) {
     a.ld_map_fd(R1, xsks);
     a.load(Size::W, R2, R6, 16); // rx_queue_index
     a.mov64(R3, helper::xdp::PASS); // fallback when the queue has no socket
@@ -223,10 +212,10 @@ pub fn program_all(xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmE
     a.mov64(R9, counter::MALFORMED as i32);
 
     a.bind(out);
-    a.store(Size::W, R10, -4, R9);
+    a.store(Size::W, R10, counter_slot, R9);
     a.ld_map_fd(R1, stats);
     a.mov64(R2, R10);
-    a.add64(R2, -4);
+    a.add64(R2, counter_slot as i32);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp(Cond::Eq, R0, 0, ret);
     a.load(Size::DW, R1, R0, 0);
@@ -235,7 +224,6 @@ pub fn program_all(xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmE
     a.bind(ret);
     a.mov64(R0, R8);
     a.exit();
-    a.finish()
 }
 
 /// Which frames the program sends to the AF_XDP sockets.
