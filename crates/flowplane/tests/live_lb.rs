@@ -78,7 +78,7 @@
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use fp_testnet::{Netns, Nginx, NginxConfig, Proc, TestNet, WrkOptions};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -366,59 +366,10 @@ fn other(msg: String) -> io::Error {
     io::Error::other(msg)
 }
 
-/// Read one response: status, body (Content-Length framing, as nginx and the admin server send;
-/// without it, the body runs to the end of the connection).
-fn read_response(s: &mut TcpStream) -> io::Result<(u16, String)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(other(format!(
-                "connection closed before the response headers ({} bytes)",
-                buf.len()
-            )));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| other(format!("bad status line in {head:?}")))?;
-    let len = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length")
-            .then(|| v.trim().parse::<usize>().ok())
-            .flatten()
-    });
-    let mut body = buf[head_end..].to_vec();
-    match len {
-        Some(len) => {
-            while body.len() < len {
-                let n = s.read(&mut chunk)?;
-                if n == 0 {
-                    return Err(other("connection closed inside the body".into()));
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-            body.truncate(len);
-        }
-        None => {
-            s.read_to_end(&mut body)?;
-        }
-    }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
 fn request(s: &mut TcpStream, host: &str, close: bool) -> io::Result<(u16, String)> {
     let conn = if close { "Connection: close\r\n" } else { "" };
     s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n{conn}\r\n").as_bytes())?;
-    read_response(s)
+    fp_testnet::read_http_response(s)
 }
 
 fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
@@ -510,7 +461,7 @@ fn admin(lb: &Netns, method: &str, path: &str) -> Result<(u16, String)> {
     let r = lb.enter(move || -> io::Result<(u16, String)> {
         let mut s = connect(addr)?;
         s.write_all(req.as_bytes())?;
-        read_response(&mut s)
+        fp_testnet::read_http_response(&mut s)
     })?;
     r.with_context(|| format!("admin {method} {path}"))
 }
@@ -1026,7 +977,7 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         let (_, body) = request(&mut s, VIP_GRE, false)?;
         s.write_all(&fp_control::trace::probe_payload(hit_id))?;
         // nginx answers the marker with 400 and closes; read it so the close is orderly.
-        let _ = read_response(&mut s);
+        let _ = fp_testnet::read_http_response(&mut s);
         Ok(body.trim().to_string())
     })??;
     let rec = wait_for(

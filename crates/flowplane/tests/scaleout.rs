@@ -570,53 +570,11 @@ impl Metrics {
 // ---------------------------------------------------------------------------------------------
 // HTTP clients.
 
-fn read_response(s: &mut TcpStream) -> io::Result<(u16, String)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::other(format!(
-                "connection closed before the response headers ({} bytes)",
-                buf.len()
-            )));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("bad status line in {head:?}")))?;
-    let len = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())
-                .flatten()
-        })
-        .ok_or_else(|| io::Error::other("no Content-Length"))?;
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < len {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::other("connection closed inside the body"));
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(len);
-    Ok((status, String::from_utf8_lossy(&body).trim().to_string()))
-}
-
 fn get(s: &mut TcpStream, close: bool) -> io::Result<String> {
     let conn = if close { "Connection: close\r\n" } else { "" };
     s.write_all(format!("GET / HTTP/1.1\r\nHost: {VIP}\r\n{conn}\r\n").as_bytes())?;
-    let (status, body) = read_response(s)?;
+    let (status, body) = fp_testnet::read_http_response(s)?;
+    let body = body.trim().to_string();
     if status != 200 {
         return Err(io::Error::other(format!("HTTP {status}: {body:?}")));
     }

@@ -461,6 +461,56 @@ impl Netns {
     }
 }
 
+/// Read one HTTP/1.1 response from a client connection (the tests' own clients, for keep-alive
+/// control wrk and curl do not give): status, body (Content-Length framing, as nginx and the admin server send;
+/// without it, the body runs to the end of the connection).
+pub fn read_http_response(s: &mut impl std::io::Read) -> std::io::Result<(u16, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::other(format!(
+                "connection closed before the response headers ({} bytes)",
+                buf.len()
+            )));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let len = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    let mut body = buf[head_end..].to_vec();
+    match len {
+        Some(len) => {
+            while body.len() < len {
+                let n = s.read(&mut chunk)?;
+                if n == 0 {
+                    return Err(std::io::Error::other("connection closed inside the body"));
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            body.truncate(len);
+        }
+        None => {
+            s.read_to_end(&mut body)?;
+        }
+    }
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,7 +113,9 @@ mod netns;
 pub mod sweep;
 mod sys;
 
-pub use apps::{Capture, Iperf3Report, Nginx, NginxConfig, WrkOptions, WrkReport};
+pub use apps::{
+    read_http_response, Capture, Iperf3Report, Nginx, NginxConfig, WrkOptions, WrkReport,
+};
 pub use cmd::{Cmd, Output, Proc};
 pub use netns::{Link, LinkStats, Netns};
 pub use sweep::{sweep_stale, SweepReport};
