@@ -6,9 +6,12 @@
 //!   reserved. A bucket is 4 words = 32 bytes, half a cache line.
 //! * [`General`]: any fixed-size key and value (a 13-byte IPv4 5-tuple or a 37-byte IPv6 5-tuple with
 //!   an 8-byte value). An entry is `W = ceil((1 + K + V) / 8)` words holding
-//!   `[tag: 1 byte][key: K bytes][value: V bytes]`; the tag is 7 bits of the key's hash with the top
-//!   bit set, so it is never zero and zero means empty. A lookup compares the tag and key bytes of a
-//!   slot against a pre-encoded probe, word by word, and only then reads the value.
+//!   `[key: K bytes][tag: 1 byte][value: V bytes]`, the value moved up to the next word boundary when
+//!   that costs no extra word (13 + 1 + 8 → 3 words, 37 + 1 + 8 → 6 words, value word-aligned); the
+//!   tag is 7 bits of the key's hash with the top bit set, so it is never zero and zero means empty.
+//!   A lookup builds the probe's words straight from the key (no byte staging: a wide load of bytes
+//!   just stored one by one stalls store forwarding), compares the key and tag words of all four
+//!   slots of a bucket without branches, and decodes the value only after the read validated.
 //!
 //! All slot reads are `Relaxed` atomic loads; they are made consistent by the version protocol in
 //! `table.rs`, which decodes a value only after the versions validated.
@@ -199,7 +202,9 @@ impl Layout for Compact {
 /// A fixed-size type stored as bytes in the general layout.
 ///
 /// `put` writes exactly `LEN` bytes; `get` reads them back. `get` is only ever called on bytes that
-/// `put` wrote (reads are validated before decoding).
+/// `put` wrote (reads are validated before decoding). The word forms default to going through
+/// bytes; types override them where they can read or build their words directly (on the lookup
+/// path, a wide load of bytes that were just stored one by one stalls store forwarding).
 pub trait FixedBytes: Copy + Send + Sync + 'static {
     /// Encoded length in bytes.
     const LEN: usize;
@@ -207,6 +212,25 @@ pub trait FixedBytes: Copy + Send + Sync + 'static {
     fn put(&self, out: &mut [u8]);
     /// Read a value back from `b[..LEN]`.
     fn get(b: &[u8]) -> Self;
+    /// Write the encoding as little-endian words into `out[..LEN.div_ceil(8)]`, the last one
+    /// zero-padded.
+    #[inline(always)]
+    fn put_words(&self, out: &mut [u64]) {
+        let mut b = [0u8; MAX_WORDS * 8];
+        self.put(&mut b[..Self::LEN]);
+        for (i, w) in out[..Self::LEN.div_ceil(8)].iter_mut().enumerate() {
+            *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        }
+    }
+    /// Read a value back from words written by [`FixedBytes::put_words`].
+    #[inline(always)]
+    fn get_words(w: &[u64]) -> Self {
+        let mut b = [0u8; MAX_WORDS * 8];
+        for (i, x) in w[..Self::LEN.div_ceil(8)].iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        Self::get(&b[..Self::LEN])
+    }
 }
 
 macro_rules! fixed_int {
@@ -223,10 +247,43 @@ macro_rules! fixed_int {
                 a.copy_from_slice(&b[..Self::LEN]);
                 <$t>::from_le_bytes(a)
             }
+            #[inline(always)]
+            fn put_words(&self, out: &mut [u64]) {
+                let mut a = [0u8; 8];
+                a[..Self::LEN].copy_from_slice(&self.to_le_bytes());
+                out[0] = u64::from_le_bytes(a);
+            }
+            #[inline(always)]
+            fn get_words(w: &[u64]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(&w[0].to_le_bytes()[..Self::LEN]);
+                <$t>::from_le_bytes(a)
+            }
         }
     )* };
 }
-fixed_int!(u8, u16, u32, u64, u128, i32, i64);
+fixed_int!(u8, u16, u32, u64, i32, i64);
+
+impl FixedBytes for u128 {
+    const LEN: usize = 16;
+    #[inline(always)]
+    fn put(&self, out: &mut [u8]) {
+        out[..16].copy_from_slice(&self.to_le_bytes());
+    }
+    #[inline(always)]
+    fn get(b: &[u8]) -> Self {
+        u128::from_le_bytes(b[..16].try_into().expect("16 bytes"))
+    }
+    #[inline(always)]
+    fn put_words(&self, out: &mut [u64]) {
+        out[0] = *self as u64;
+        out[1] = (*self >> 64) as u64;
+    }
+    #[inline(always)]
+    fn get_words(w: &[u64]) -> Self {
+        w[0] as u128 | (w[1] as u128) << 64
+    }
+}
 
 impl<const N: usize> FixedBytes for [u8; N] {
     const LEN: usize = N;
@@ -239,6 +296,25 @@ impl<const N: usize> FixedBytes for [u8; N] {
         let mut a = [0u8; N];
         a.copy_from_slice(&b[..N]);
         a
+    }
+    #[inline(always)]
+    fn put_words(&self, out: &mut [u64]) {
+        // Whole words are loaded straight from the array; a partial last word is the 8 bytes
+        // ending at N shifted down (for N >= 8), so no byte is staged through the stack.
+        let full = N / 8;
+        for (j, w) in out[..full].iter_mut().enumerate() {
+            *w = u64::from_le_bytes(self[j * 8..j * 8 + 8].try_into().expect("8 bytes"));
+        }
+        let rest = N % 8;
+        if rest != 0 {
+            out[full] = if N >= 8 {
+                u64::from_le_bytes(self[N - 8..N].try_into().expect("8 bytes")) >> ((8 - rest) * 8)
+            } else {
+                let mut a = [0u8; 8];
+                a[..N].copy_from_slice(self);
+                u64::from_le_bytes(a)
+            };
+        }
     }
 }
 
@@ -256,22 +332,36 @@ impl<A: FixedBytes, B: FixedBytes> FixedBytes for (A, B) {
 }
 
 /// The general layout for fixed-size keys and values (`1 + K::LEN + V::LEN <= 64` bytes).
+///
+/// A slot is `WORDS` little-endian words: the key's bytes from byte 0, the tag in the byte right
+/// after the key, and the value either word-aligned after the key's last word (when that costs no
+/// extra word, as for a 13-byte IPv4 5-tuple or a 37-byte IPv6 5-tuple with an 8-byte value: 3 and
+/// 6 words) or packed right after the tag. Every count and offset is a constant of `K` and `V`, so
+/// lookups compile to straight-line code.
 pub struct General<K, V> {
-    words: usize,
-    key_words: usize,
-    key_mask: [u64; MAX_WORDS],
     _kv: PhantomData<fn() -> (K, V)>,
 }
 
 impl<K, V> Clone for General<K, V> {
     fn clone(&self) -> Self {
-        General { ..*self }
+        General { _kv: PhantomData }
     }
 }
 
 impl<K: FixedBytes, V: FixedBytes> General<K, V> {
     /// Entry size in bytes (tag + key + value), before rounding to words.
     pub const ENTRY_BYTES: usize = 1 + K::LEN + V::LEN;
+    /// Words per slot.
+    const WORDS: usize = Self::ENTRY_BYTES.div_ceil(8);
+    /// Words holding the key and the tag (compared on lookup).
+    const KEY_WORDS: usize = (K::LEN + 1).div_ceil(8);
+    /// Words holding key bytes only (hashed).
+    const HASH_WORDS: usize = K::LEN.div_ceil(8);
+    /// The tag's word and bit offset in it.
+    const TAG_WORD: usize = K::LEN / 8;
+    const TAG_SHIFT: usize = (K::LEN % 8) * 8;
+    /// Whether the value starts on its own word (at `KEY_WORDS`) without costing a word.
+    const ALIGNED: bool = Self::KEY_WORDS + V::LEN.div_ceil(8) == Self::WORDS;
 
     pub(crate) fn new_layout() -> Self {
         assert!(
@@ -281,29 +371,51 @@ impl<K: FixedBytes, V: FixedBytes> General<K, V> {
             V::LEN,
             MAX_WORDS * 8
         );
-        let tag_key = 1 + K::LEN;
-        let mut key_mask = [0u64; MAX_WORDS];
-        for byte in 0..tag_key {
-            key_mask[byte / 8] |= 0xFF << ((byte % 8) * 8);
-        }
-        General {
-            words: Self::ENTRY_BYTES.div_ceil(8),
-            key_words: tag_key.div_ceil(8),
-            key_mask,
-            _kv: PhantomData,
+        General { _kv: PhantomData }
+    }
+
+    fn tag(hash: u64) -> u64 {
+        ((hash >> 57) | 0x80) << Self::TAG_SHIFT
+    }
+
+    /// Mask of the bytes of word `j` that hold key bytes (`tag` false) or key and tag bytes.
+    #[inline(always)]
+    const fn mask(j: usize, tag: bool) -> u64 {
+        let end = K::LEN + tag as usize;
+        if end >= j * 8 + 8 {
+            u64::MAX
+        } else if end <= j * 8 {
+            0
+        } else {
+            (1u64 << ((end - j * 8) * 8)) - 1
         }
     }
 
-    fn tag(hash: u64) -> u8 {
-        (hash >> 57) as u8 | 0x80
+    #[inline(always)]
+    fn load_words(slot: &[AtomicU64]) -> [u64; MAX_WORDS] {
+        let mut w = [0u64; MAX_WORDS];
+        for (x, a) in w[..Self::WORDS].iter_mut().zip(slot) {
+            *x = a.load(Relaxed);
+        }
+        w
     }
 
-    fn load_bytes(&self, slot: &[AtomicU64]) -> [u8; MAX_WORDS * 8] {
+    fn to_bytes(w: &[u64; MAX_WORDS]) -> [u8; MAX_WORDS * 8] {
         let mut b = [0u8; MAX_WORDS * 8];
-        for (i, w) in slot[..self.words].iter().enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&w.load(Relaxed).to_le_bytes());
+        for (i, x) in w.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
         }
         b
+    }
+
+    /// Whether the key words of `w` equal the probe's (tag included).
+    #[inline(always)]
+    fn key_diff(w: &[u64; MAX_WORDS], p: &GeneralProbe) -> u64 {
+        let mut d = 0;
+        for (j, (x, y)) in w.iter().zip(&p.words).take(Self::KEY_WORDS).enumerate() {
+            d |= (x ^ y) & Self::mask(j, true);
+        }
+        d
     }
 }
 
@@ -322,19 +434,15 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
 
     #[inline(always)]
     fn stride(&self) -> usize {
-        self.words
+        Self::WORDS
     }
 
     #[inline(always)]
     fn probe(&self, seed: u64, key: &K) -> Option<GeneralProbe> {
-        let mut b = [0u8; MAX_WORDS * 8];
-        key.put(&mut b[1..1 + K::LEN]);
-        let hash = fp_hash::hash_bytes(seed, &b[1..1 + K::LEN]);
-        b[0] = Self::tag(hash);
         let mut words = [0u64; MAX_WORDS];
-        for (i, w) in words[..self.key_words].iter_mut().enumerate() {
-            *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        }
+        key.put_words(&mut words);
+        let hash = fp_hash::hash_padded(seed, K::LEN, &words[..Self::HASH_WORDS]);
+        words[Self::TAG_WORD] |= Self::tag(hash);
         Some(GeneralProbe { hash, words })
     }
 
@@ -345,73 +453,84 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
 
     #[inline(always)]
     fn matches(&self, slot: &[AtomicU64], p: &GeneralProbe) -> Option<[u64; MAX_WORDS]> {
-        // First word holds the tag: most non-matching slots are rejected here.
-        let w0 = slot[0].load(Relaxed);
-        if (w0 ^ p.words[0]) & self.key_mask[0] != 0 {
+        // The tag's word first: most non-matching slots are rejected there.
+        let t = slot[Self::TAG_WORD].load(Relaxed);
+        if (t ^ p.words[Self::TAG_WORD]) & Self::mask(Self::TAG_WORD, true) != 0 {
             return None;
         }
+        let w = Self::load_words(slot);
+        (Self::key_diff(&w, p) == 0).then_some(w)
+    }
+
+    #[inline(always)]
+    fn scan(&self, bucket: &[AtomicU64], p: &GeneralProbe) -> (bool, [u64; MAX_WORDS]) {
+        // All four slots, no early exit (see `Layout::scan`): each slot's words are masked in when
+        // its key and tag equal the probe's. At most one slot matches in a consistent read; an
+        // inconsistent one is discarded by validation.
         let mut raw = [0u64; MAX_WORDS];
-        raw[0] = w0;
-        for (r, w) in raw.iter_mut().zip(slot).take(self.words).skip(1) {
-            *r = w.load(Relaxed);
+        let mut any = 0u64;
+        for slot in bucket.chunks_exact(Self::WORDS).take(crate::table::SLOTS) {
+            let w = Self::load_words(slot);
+            let m = ((Self::key_diff(&w, p) == 0) as u64).wrapping_neg();
+            any |= m;
+            for (r, x) in raw.iter_mut().zip(&w).take(Self::WORDS) {
+                *r |= x & m;
+            }
         }
-        let key_ok = raw[1..self.key_words]
-            .iter()
-            .zip(&p.words[1..self.key_words])
-            .zip(&self.key_mask[1..self.key_words])
-            .all(|((r, w), m)| (r ^ w) & m == 0);
-        if !key_ok {
-            return None;
-        }
-        Some(raw)
+        (any != 0, raw)
     }
 
     #[inline(always)]
     fn decode(&self, raw: [u64; MAX_WORDS]) -> V {
-        let mut b = [0u8; MAX_WORDS * 8];
-        for (i, w) in raw[..self.words].iter().enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        if Self::ALIGNED {
+            V::get_words(&raw[Self::KEY_WORDS..])
+        } else {
+            let b = Self::to_bytes(&raw);
+            V::get(&b[1 + K::LEN..1 + K::LEN + V::LEN])
         }
-        V::get(&b[1 + K::LEN..1 + K::LEN + V::LEN])
     }
 
     #[inline(always)]
     fn is_empty(&self, slot: &[AtomicU64]) -> bool {
-        slot[0].load(Relaxed) & 0xFF == 0
+        (slot[Self::TAG_WORD].load(Relaxed) >> Self::TAG_SHIFT) & 0xFF == 0
     }
 
     fn slot_hash(&self, seed: u64, slot: &[AtomicU64]) -> u64 {
-        let b = self.load_bytes(slot);
-        fp_hash::hash_bytes(seed, &b[1..1 + K::LEN])
+        let mut w = Self::load_words(slot);
+        for (j, x) in w[..Self::HASH_WORDS].iter_mut().enumerate() {
+            *x &= Self::mask(j, false);
+        }
+        fp_hash::hash_padded(seed, K::LEN, &w[..Self::HASH_WORDS])
     }
 
     fn slot_key(&self, slot: &[AtomicU64]) -> K {
-        let b = self.load_bytes(slot);
-        K::get(&b[1..1 + K::LEN])
+        let b = Self::to_bytes(&Self::load_words(slot));
+        K::get(&b[..K::LEN])
     }
 
     #[inline]
     fn slot_raw(&self, slot: &[AtomicU64]) -> [u64; MAX_WORDS] {
-        let mut raw = [0u64; MAX_WORDS];
-        for (r, w) in raw.iter_mut().zip(&slot[..self.words]) {
-            *r = w.load(Relaxed);
-        }
-        raw
+        Self::load_words(slot)
     }
 
     fn encode(
         &self,
         p: &GeneralProbe,
-        key: &K,
+        _key: &K,
         value: &V,
         out: &mut [u64; MAX_WORDS],
     ) -> Result<(), crate::InsertError> {
-        let mut b = [0u8; MAX_WORDS * 8];
-        b[0] = Self::tag(p.hash);
-        key.put(&mut b[1..1 + K::LEN]);
-        value.put(&mut b[1 + K::LEN..1 + K::LEN + V::LEN]);
-        for (i, w) in out[..self.words].iter_mut().enumerate() {
-            *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        *out = [0; MAX_WORDS];
+        // The probe's words are the key's, tag included.
+        out[..Self::KEY_WORDS].copy_from_slice(&p.words[..Self::KEY_WORDS]);
+        if Self::ALIGNED {
+            value.put_words(&mut out[Self::KEY_WORDS..]);
+        } else {
+            let mut b = Self::to_bytes(out);
+            value.put(&mut b[1 + K::LEN..1 + K::LEN + V::LEN]);
+            for (i, w) in out.iter_mut().enumerate() {
+                *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            }
         }
         Ok(())
     }

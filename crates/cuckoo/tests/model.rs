@@ -215,3 +215,77 @@ fn retain_range_walks_the_table() {
     }
     assert_eq!(r.len(), 4000 - 4000usize.div_ceil(7));
 }
+
+/// Every shape of the general layout: value word-aligned after the tag (13+8), packed right after
+/// the tag (8+2: aligning would cost a word), a key of whole words (16+8: the tag opens a word),
+/// keys shorter than a word (5+4, 3+1), each filled to cuckoo-move depth, read back singly and in
+/// batches, updated, and swept with `retain_range` (which decodes keys and values of stored slots).
+#[test]
+fn general_layout_shapes() {
+    fn shape<K, V>(mk: impl Fn(u64) -> K, val: impl Fn(u64) -> V, words: usize)
+    where
+        K: fp_cuckoo::FixedBytes + Eq + std::hash::Hash + std::fmt::Debug,
+        V: fp_cuckoo::FixedBytes + Eq + std::fmt::Debug,
+    {
+        let n = 3000u64;
+        let (mut w, r) =
+            GeneralMap::<K, V>::new(&Config::with_capacity(n as usize).seed(9)).unwrap();
+        assert_eq!(r.stats().slot_bytes, words * 8);
+        for i in 0..n {
+            assert_eq!(w.insert(mk(i), val(i)), Ok(None), "insert {i}");
+        }
+        let keys: Vec<K> = (0..n + 100).map(&mk).collect();
+        let mut out = vec![None; keys.len()];
+        r.get_batch(&keys, &mut out);
+        for (i, o) in out.iter().enumerate() {
+            let want = (i as u64) < n;
+            assert_eq!(o.is_some(), want, "batch {i}");
+            if want {
+                assert_eq!(*o, Some(val(i as u64)));
+                assert_eq!(r.get(mk(i as u64)), Some(val(i as u64)));
+            }
+        }
+        assert_eq!(w.update(mk(7), val(8)), Ok(Some(val(7))));
+        assert_eq!(r.get(mk(7)), Some(val(8)));
+        // Remove the odd keys by their recovered key; the even ones stay with their values.
+        let mut at = 0;
+        loop {
+            at = w.retain_range(at, 64, |k: &K, _: &V| {
+                (0..n).find(|&i| mk(i) == *k).expect("a stored key") % 2 == 0
+            });
+            if at == 0 {
+                break;
+            }
+        }
+        for i in 0..n {
+            let want = (i % 2 == 0).then(|| val(if i == 7 { 8 } else { i }));
+            assert_eq!(r.get(mk(i)), want, "after retain {i}");
+        }
+    }
+    let k13 = |i: u64| {
+        let mut k = [0u8; 13];
+        k[..8].copy_from_slice(&fp_hash::splitmix64(i).to_le_bytes());
+        k[12] = i as u8;
+        k
+    };
+    shape(k13, |i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15), 3);
+    shape(fp_hash::splitmix64, |i| (i % 60_000) as u16, 2);
+    shape(
+        |i| fp_hash::splitmix64(i) as u128 | (i as u128) << 64,
+        |i| i ^ 0xFF00,
+        4,
+    );
+    shape(
+        |i| {
+            let x = fp_hash::splitmix64(i).to_le_bytes();
+            [x[0], x[1], x[2], (i >> 8) as u8, i as u8]
+        },
+        |i| i as u32 | 0x8000_0000,
+        2,
+    );
+    shape(
+        |i| [(i >> 16) as u8, (i >> 8) as u8, i as u8],
+        |i| (i % 251) as u8,
+        1,
+    );
+}
