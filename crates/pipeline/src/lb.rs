@@ -256,10 +256,13 @@ impl LbWorker {
                     continue;
                 }
             }
-            let mut s = match PacketSummary::parse(p.data()) {
+            // Used in place: copying the summary out of the result would re-read, as wide loads,
+            // fields the parser has just stored one by one (a store-forwarding stall per packet).
+            let mut parsed = PacketSummary::parse(p.data());
+            let s = match &mut parsed {
                 Ok(s) => s,
                 Err(e) => {
-                    stats.parse_error(e);
+                    stats.parse_error(*e);
                     pool.put(p);
                     continue;
                 }
@@ -268,9 +271,9 @@ impl LbWorker {
             if let Some(c) = &snap.cluster {
                 let mut redirected = false;
                 if s.protocol == IpProtocol::GRE {
-                    if let Some(inner) = unwrap_redirect(&mut p, &s, snap) {
+                    if let Some(inner) = unwrap_redirect(&mut p, s, snap) {
                         stats.count(Outcome::FragRedirectIn, 1);
-                        s = inner;
+                        *s = inner;
                         redirected = true;
                     }
                 }
@@ -280,7 +283,7 @@ impl LbWorker {
                 {
                     let owner = c.owner(&s.three_tuple());
                     if owner != c.me {
-                        redirect(c, owner, stats, tx, pool, ident, p, &s);
+                        redirect(c, owner, stats, tx, pool, ident, p, s);
                         continue;
                     }
                 }
@@ -294,7 +297,7 @@ impl LbWorker {
                     pool.put(p);
                     continue;
                 };
-                match frags.non_first(&fk, p, piece(&s), now_ns, expired) {
+                match frags.non_first(&fk, p, piece(s), now_ns, expired) {
                     FragAction::Forward(d, p) => {
                         stats.count(Outcome::FragForwarded, 1);
                         let key = s.flow_key();
@@ -306,7 +309,7 @@ impl LbWorker {
                             ident,
                             *seed,
                             p,
-                            l3_of(&s),
+                            l3_of(s),
                             d.vip,
                             d.backend,
                             &key,
@@ -356,13 +359,13 @@ impl LbWorker {
                     keys6.len() - 1
                 }
             };
-            let frag = s.fragment.map(|f| (f.ident, piece(&s)));
+            let frag = s.fragment.map(|f| (f.ident, piece(s)));
             pending.push(Pending {
                 pkt: p,
                 key,
                 vip,
                 slot: slot as u16,
-                l3: l3_of(&s),
+                l3: l3_of(s),
                 frag,
             });
         }

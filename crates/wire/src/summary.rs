@@ -349,6 +349,7 @@ fn ttl_check(ttl: u8, opts: &ParseOptions) -> Result<()> {
     }
 }
 
+#[inline(always)]
 fn parse_v4(frame: &[u8], l2: L2Header, opts: &ParseOptions) -> Result<PacketSummary> {
     let l3 = l2.l3_offset as usize;
     let bytes = frame.get(l3..).unwrap_or(&[]);
