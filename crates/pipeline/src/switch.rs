@@ -190,35 +190,57 @@ impl SwitchWorker {
         self.stats.rx.add(n as u64);
         self.dst.clear();
         self.src.clear();
+        // Both MACs from two 8-byte loads (bytes 0..8 and 6..14, top 48 bits); a runt (shorter than
+        // an Ethernet header) gets MAC 0 and is dropped below. Sources only when learning.
         for p in rx.iter() {
             let d = p.data();
-            if d.len() >= 14 {
-                self.dst.push(mac_of(&d[0..6]));
-                self.src.push(mac_of(&d[6..12]));
-            } else {
-                self.dst.push(0);
-                self.src.push(0);
-            }
+            let (dm, sm) = match d.get(..14) {
+                Some(h) => (
+                    u64::from_be_bytes(h[0..8].try_into().expect("8 bytes")) >> 16,
+                    u64::from_be_bytes(h[6..14].try_into().expect("8 bytes")) >> 16,
+                ),
+                None => (0, 0),
+            };
+            self.dst.push(dm);
+            self.src.push(sm);
         }
-        // Destination and source MACs of the whole burst, looked up together.
+        // Destination (and, learning, source) MACs of the whole burst, looked up together.
         self.out.clear();
         self.out.resize(n, None);
-        self.seen.clear();
-        self.seen.resize(n, None);
         let (dst, src) = (std::mem::take(&mut self.dst), std::mem::take(&mut self.src));
         let mut out = std::mem::take(&mut self.out);
         let mut seen = std::mem::take(&mut self.seen);
         self.lookup(&dst, &mut out);
         if self.learning {
+            seen.clear();
+            seen.resize(n, None);
             self.lookup(&src, &mut seen);
         }
+        // Counted locally and published once per burst: the counters are shared with the metrics
+        // reader, so per-frame updates would be a load and a store to memory each.
+        let (mut forwarded, mut filtered) = (0u64, 0u64);
+        let ports = self.ports;
         for (i, p) in rx.drain(..).enumerate() {
+            let (d, s) = (dst[i], src[i]);
+            // The common case first: a known unicast destination on another port, a unicast source.
+            if let Some(port) = out[i] {
+                if !is_group(d) && !is_group(s) && port != in_port && port < ports && p.len() >= 14
+                {
+                    if self.learning
+                        && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns))
+                    {
+                        self.report(s, in_port, now_ns);
+                    }
+                    forwarded += 1;
+                    tx[port as usize].push(p);
+                    continue;
+                }
+            }
             if p.len() < 14 {
                 self.stats.runt.inc();
                 pool.put(p);
                 continue;
             }
-            let (d, s) = (dst[i], src[i]);
             if is_group(s) {
                 self.stats.bad_source.inc();
                 pool.put(p);
@@ -230,15 +252,11 @@ impl SwitchWorker {
             }
             match (is_group(d), out[i]) {
                 (false, Some(port)) if port == in_port => {
-                    self.stats.filtered.inc();
+                    filtered += 1;
                     pool.put(p);
                 }
-                (false, Some(port)) if port < self.ports => {
-                    self.stats.forwarded.inc();
-                    self.stats.tx.inc();
-                    tx[port as usize].push(p);
-                }
                 (group, _) => {
+                    // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
                     if !group {
                         self.stats.unknown_unicast.inc();
                     }
@@ -246,6 +264,13 @@ impl SwitchWorker {
                     self.flood(in_port, p, tx, pool);
                 }
             }
+        }
+        if forwarded != 0 {
+            self.stats.forwarded.add(forwarded);
+            self.stats.tx.add(forwarded);
+        }
+        if filtered != 0 {
+            self.stats.filtered.add(filtered);
         }
         (self.dst, self.src, self.out, self.seen) = (dst, src, out, seen);
     }
