@@ -468,6 +468,16 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
         // its key and tag equal the probe's. At most one slot matches in a consistent read; an
         // inconsistent one is discarded by validation.
         let mut raw = [0u64; MAX_WORDS];
+        // The tag's word of each slot first: when none matches (a miss, e.g. every new flow's
+        // first bucket), the bucket is done after four loads.
+        let tw = Self::mask(Self::TAG_WORD, true);
+        let mut candidates = false;
+        for slot in bucket.chunks_exact(Self::WORDS).take(crate::table::SLOTS) {
+            candidates |= (slot[Self::TAG_WORD].load(Relaxed) ^ p.words[Self::TAG_WORD]) & tw == 0;
+        }
+        if !candidates {
+            return (false, raw);
+        }
         let mut any = 0u64;
         for slot in bucket.chunks_exact(Self::WORDS).take(crate::table::SLOTS) {
             let w = Self::load_words(slot);
