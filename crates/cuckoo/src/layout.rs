@@ -10,8 +10,9 @@
 //!   that costs no extra word (13 + 1 + 8 → 3 words, 37 + 1 + 8 → 6 words, value word-aligned); the
 //!   tag is 7 bits of the key's hash with the top bit set, so it is never zero and zero means empty.
 //!   A lookup builds the probe's words straight from the key (no byte staging: a wide load of bytes
-//!   just stored one by one stalls store forwarding), compares the key and tag words of all four
-//!   slots of a bucket without branches, and decodes the value only after the read validated.
+//!   just stored one by one stalls store forwarding), skips a bucket none of whose tag words
+//!   match, otherwise compares the key and tag words of all four slots without branches, and
+//!   decodes the value only after the read validated.
 //!
 //! All slot reads are `Relaxed` atomic loads; they are made consistent by the version protocol in
 //! `table.rs`, which decodes a value only after the versions validated.
@@ -464,9 +465,10 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
 
     #[inline(always)]
     fn scan(&self, bucket: &[AtomicU64], p: &GeneralProbe) -> (bool, [u64; MAX_WORDS]) {
-        // All four slots, no early exit (see `Layout::scan`): each slot's words are masked in when
-        // its key and tag equal the probe's. At most one slot matches in a consistent read; an
-        // inconsistent one is discarded by validation.
+        // One predictable branch (all misses for new flows, all candidates for established ones),
+        // then all four slots without early exit (see `Layout::scan`): each slot's words are
+        // masked in when its key and tag equal the probe's. At most one slot matches in a
+        // consistent read; an inconsistent one is discarded by validation.
         let mut raw = [0u64; MAX_WORDS];
         // The tag's word of each slot first: when none matches (a miss, e.g. every new flow's
         // first bucket), the bucket is done after four loads.
