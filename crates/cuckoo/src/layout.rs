@@ -540,9 +540,7 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
         } else {
             let mut b = Self::to_bytes(out);
             value.put(&mut b[1 + K::LEN..1 + K::LEN + V::LEN]);
-            for (i, w) in out.iter_mut().enumerate() {
-                *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            }
+            <[u8; MAX_WORDS * 8]>::put_words(&b, out);
         }
         Ok(())
     }

@@ -222,20 +222,6 @@ impl SwitchWorker {
         let ports = self.ports;
         for (i, p) in rx.drain(..).enumerate() {
             let (d, s) = (dst[i], src[i]);
-            // The common case first: a known unicast destination on another port, a unicast source.
-            if let Some(port) = out[i] {
-                if !is_group(d) && !is_group(s) && port != in_port && port < ports && p.len() >= 14
-                {
-                    if self.learning
-                        && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns))
-                    {
-                        self.report(s, in_port, now_ns);
-                    }
-                    forwarded += 1;
-                    tx[port as usize].push(p);
-                    continue;
-                }
-            }
             if p.len() < 14 {
                 self.stats.runt.inc();
                 pool.put(p);
@@ -254,6 +240,10 @@ impl SwitchWorker {
                 (false, Some(port)) if port == in_port => {
                     filtered += 1;
                     pool.put(p);
+                }
+                (false, Some(port)) if port < ports => {
+                    forwarded += 1;
+                    tx[port as usize].push(p);
                 }
                 (group, _) => {
                     // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
