@@ -1,4 +1,4 @@
-//! The OS calls the I/O layer makes outside the port implementations: CPU pinning, the clock.
+//! The OS calls the I/O layer makes outside the port implementations: CPU pinning, the clocks.
 #![allow(unsafe_code)]
 
 /// Pin the calling thread to `cpu` (modulo the online CPU count). Best effort: returns false if the
@@ -24,5 +24,17 @@ pub fn monotonic_ns() -> u64 {
     };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: time on a CPU
+/// only, so time spent descheduled on a shared machine does not count).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux ≥ 2.6.12.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -14,7 +14,7 @@
 //!   jobs on a shared machine only ever add time);
 //! * `throughput`: other segments with an emulated miss penalty (default 1000 cycles: a busy loop
 //!   calibrated to that time) and an insert after every miss, in million lookups per second of the
-//!   thread's CPU time (`/proc/thread-self/schedstat`), so time spent preempted by other jobs on a
+//!   thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so time spent preempted by other jobs on a
 //!   shared machine is not counted (wall-clock throughput is reported too, as a parameter);
 //! * `hit_rate`: the hit rate of the throughput passes over all segments, next to the analytical
 //!   expectation for uniform popularity (appendix A for set-associative, appendix B for BLP; for
@@ -271,17 +271,6 @@ impl Penalty {
     }
 }
 
-/// This thread's CPU time in ns (the scheduler's run-time account in
-/// `/proc/thread-self/schedstat`, updated at least every scheduler tick), if the system has it.
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Batched lookups over the trace on the warm cache, no inserts: ns per lookup.
 fn lookup_pass<D: Design, P: Policy>(cache: &mut FlowCache<D, P>, trace: &[u64]) -> f64 {
     let mut out = [None; BATCH];
@@ -496,14 +485,14 @@ impl<D: Design, P: Policy> Warm for Warmed<D, P> {
             // throughput passes use other keys (see `Point`).
             let lookup_ns = min(pt.lookup_segments.iter().map(|s| lookup_pass(cache, s)));
             let total: usize = pt.segments.iter().map(Vec::len).sum();
-            let (cpu0, wall0) = (thread_cpu_ns(), Instant::now());
+            let (cpu0, wall0) = (fp_io::sys::thread_cpu_ns(), Instant::now());
             let mut hits = 0u64;
             for seg in pt.segments {
                 hits += throughput_pass(cache, seg, pt.penalty);
             }
             let wall = wall0.elapsed().as_secs_f64();
-            let cpu = match (cpu0, thread_cpu_ns()) {
-                (Some(a), Some(b)) if b > a => (b - a) as f64 * 1e-9,
+            let cpu = match fp_io::sys::thread_cpu_ns() {
+                b if b > cpu0 => (b - cpu0) as f64 * 1e-9,
                 _ => wall,
             };
             outs.push(Outcome {
@@ -717,11 +706,7 @@ pub fn run(a: FlowcacheArgs) -> Result<()> {
         a.miss_penalty,
         penalty.iters,
         penalty.ns,
-        if thread_cpu_ns().is_some() {
-            "/proc/thread-self/schedstat"
-        } else {
-            "not available here: wall-clock time instead"
-        },
+        "CLOCK_THREAD_CPUTIME_ID",
         a.pblru_one_in,
         a.warm_threads.max(1),
     ));
