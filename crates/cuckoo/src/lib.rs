@@ -284,8 +284,10 @@ impl<K: FixedBytes, V: FixedBytes> General<K, V> {
     }
 }
 
+/// The lookup methods of [`Reader`] and [`Writer`]; `$batch` is the table's batched lookup for that
+/// side (the writer's skips the version protocol: no write can run while it reads).
 macro_rules! read_methods {
-    () => {
+    ($batch:ident) => {
         /// Look up one key.
         #[inline]
         pub fn get(&self, key: L::Key) -> Option<L::Value> {
@@ -296,7 +298,7 @@ macro_rules! read_methods {
         /// Panics if the slices differ in length.
         #[inline]
         pub fn get_batch(&self, keys: &[L::Key], out: &mut [Option<L::Value>]) {
-            self.table.get_batch(keys, out, Prefetch::TwoRound)
+            self.table.$batch(keys, out, Prefetch::TwoRound)
         }
 
         /// [`get_batch`](Self::get_batch) with an explicit prefetch strategy (for comparisons).
@@ -307,7 +309,7 @@ macro_rules! read_methods {
             out: &mut [Option<L::Value>],
             mode: Prefetch,
         ) {
-            self.table.get_batch(keys, out, mode)
+            self.table.$batch(keys, out, mode)
         }
 
         /// Entries stored.
@@ -328,11 +330,11 @@ macro_rules! read_methods {
 }
 
 impl<L: Layout> Reader<L> {
-    read_methods!();
+    read_methods!(get_batch);
 }
 
 impl<L: Layout> Writer<L> {
-    read_methods!();
+    read_methods!(owner_get_batch);
 
     /// Insert `key` with `value`, or overwrite its value if present (returning the old one).
     /// On error nothing changed: [`InsertError::Full`] when no cuckoo path exists.

@@ -205,14 +205,24 @@ impl<'a, L: Layout> View<'a, L> {
     /// moved is looked up again alone, instead of retrying the whole batch). Per-lane state is plain
     /// data plus bitmasks (no `Option` arrays), so initialising it costs a few vector stores; the
     /// hot loops are free of data-dependent branches, which would mispredict right after a miss.
+    /// Values are decoded as they are read (decoding is pure and any bits decode to some value); a
+    /// lane whose read did not validate is overwritten by its lookup alone.
+    ///
+    /// `OWNER`: the caller is the table's single writer (it holds the `Writer`, so no write can
+    /// run while it reads), and the version protocol is skipped: no counter snapshot, fence or
+    /// re-check.
     #[inline]
-    fn get_chunk(&self, keys: &[L::Key], out: &mut [Option<L::Value>], mode: Prefetch) {
+    fn get_chunk<const OWNER: bool>(
+        &self,
+        keys: &[L::Key],
+        out: &mut [Option<L::Value>],
+        mode: Prefetch,
+    ) {
         let n = keys.len().min(CHUNK);
         let (keys, out) = (&keys[..n], &mut out[..n]);
         let mut probes = [L::Probe::default(); CHUNK];
         let mut bk = [(0u64, 0u64); CHUNK];
         let mut vers = [0u64; CHUNK];
-        let mut raw = [L::Raw::default(); CHUNK];
         let mut valid = 0u64; // keys the layout can hold at all
         let mut found = 0u64;
         // Round 0: hash everything, prefetch every first bucket, snapshot both versions (before any
@@ -224,7 +234,9 @@ impl<'a, L: Layout> View<'a, L> {
                 if mode == Prefetch::TwoRound {
                     self.prefetch_bucket(b1);
                 }
-                vers[i] = self.versions_of(b1, b2);
+                if !OWNER {
+                    vers[i] = self.versions_of(b1, b2);
+                }
                 bk[i] = (b1, b2);
                 probes[i] = p;
             }
@@ -233,7 +245,8 @@ impl<'a, L: Layout> View<'a, L> {
         for i in 0..n {
             let (b1, b2) = bk[i];
             let (hit, r) = self.find_in(b1, &probes[i]);
-            raw[i] = r;
+            let hit = hit && valid >> i & 1 != 0;
+            out[i] = hit.then(|| self.layout.decode(r));
             found |= (hit as u64) << i;
             if mode == Prefetch::TwoRound {
                 // Chosen without a branch: re-prefetching the first bucket (in L1) costs nothing.
@@ -246,18 +259,17 @@ impl<'a, L: Layout> View<'a, L> {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
             let (hit, r) = self.find_in(bk[i].1, &probes[i]);
-            raw[i] = r;
-            found |= (hit as u64) << i;
+            out[i] = hit.then(|| self.layout.decode(r));
+        }
+        if OWNER {
+            return;
         }
         // Validate: versions even and unchanged since round 0.
         fence(Ordering::Acquire);
         let mut bad = 0u64;
-        for (i, o) in out.iter_mut().enumerate() {
-            let (b1, b2) = bk[i];
+        for (i, &(b1, b2)) in bk[..n].iter().enumerate() {
             let stable = vers[i] == self.versions_of(b1, b2) && vers[i] & ODD == 0;
             bad |= (!stable as u64) << i;
-            let hit = (valid & found) >> i & 1 != 0;
-            *o = hit.then(|| self.layout.decode(raw[i]));
         }
         // Rare: a writer touched the key's buckets while we read them. Look it up again alone.
         let mut m = bad & valid;
@@ -335,6 +347,27 @@ impl<L: Layout> RawTable<L> {
     /// Batched lookup with two-round prefetching (Algorithm 3), any number of keys (dynamic
     /// batching, §4.3). `out[i]` receives the value of `keys[i]`.
     pub(crate) fn get_batch(&self, keys: &[L::Key], out: &mut [Option<L::Value>], mode: Prefetch) {
+        self.batch::<false>(keys, out, mode)
+    }
+
+    /// [`get_batch`](Self::get_batch) for the single writer, which needs no version protocol:
+    /// while it reads (through `&Writer`), no write can happen (writes take `&mut Writer`).
+    pub(crate) fn owner_get_batch(
+        &self,
+        keys: &[L::Key],
+        out: &mut [Option<L::Value>],
+        mode: Prefetch,
+    ) {
+        self.batch::<true>(keys, out, mode)
+    }
+
+    #[inline(always)]
+    fn batch<const OWNER: bool>(
+        &self,
+        keys: &[L::Key],
+        out: &mut [Option<L::Value>],
+        mode: Prefetch,
+    ) {
         assert_eq!(
             keys.len(),
             out.len(),
@@ -342,7 +375,7 @@ impl<L: Layout> RawTable<L> {
         );
         let v = self.view();
         for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            v.get_chunk(k, o, mode);
+            v.get_chunk::<OWNER>(k, o, mode);
         }
     }
 
