@@ -30,10 +30,18 @@ use std::sync::Arc;
 type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
 type Conn6 = Writer<GeneralMap<[u8; 37], u64>>;
 
-/// Buckets of each connection table the expiry sweep visits per burst.
-const SWEEP_BUCKETS: usize = 4;
-/// Fragment-table entries the expiry sweep visits per burst.
-const SWEEP_FRAGS: usize = 4;
+/// The expiry sweep runs on the clock, not per burst: at most once per this many ms of burst time
+/// (a burst-paced sweep reads a few cold buckets per burst, a cache miss per few packets, at any
+/// packet rate; the sweep only needs to keep pace with time).
+const SWEEP_EVERY_MS: u32 = 1;
+/// One pass of the connection-expiry sweep over a table takes at most a quarter of the idle
+/// timeout, and at most [`SWEEP_PASS_MAX_MS`]: an entry outlives its timeout by at most that much.
+const SWEEP_PASS_MAX_MS: u32 = 10_000;
+/// Milliseconds of sweep work caught up in one burst after a pause (the runner's `maintain`
+/// covers idle periods).
+const SWEEP_CATCH_UP_MS: u32 = 16;
+/// Fragment-table entries the expiry sweep visits per ms of burst time.
+const SWEEP_FRAGS_PER_MS: usize = 16;
 /// A connection's last-seen time is rewritten at most this often (ms).
 const TOUCH_MS: u32 = 1000;
 
@@ -103,6 +111,8 @@ pub struct LbWorker {
     ident: u16,
     sweep4: usize,
     sweep6: usize,
+    /// Burst time (ms) of the last expiry sweep step.
+    swept_ms: u32,
     /// Connection-table slots (IPv4, IPv6), fixed at construction.
     slots: (usize, usize),
     pending: Vec<Pending>,
@@ -161,6 +171,7 @@ impl LbWorker {
             ident: 0,
             sweep4: 0,
             sweep6: 0,
+            swept_ms: 0,
             slots,
             pending: Vec::with_capacity(crate::packet::MAX_BURST),
             keys4: Vec::with_capacity(crate::packet::MAX_BURST),
@@ -493,13 +504,20 @@ impl LbWorker {
             }
         }
 
-        // Stage 4: housekeeping, a little per burst.
-        frags.sweep(now_ns, SWEEP_FRAGS, expired);
-        if !expired.is_empty() {
-            stats.count(Outcome::FragExpired, expired.len() as u64);
-            pool.put_all(expired);
+        // Stage 4: housekeeping, paced by the clock.
+        let due = now_ms.wrapping_sub(self.swept_ms);
+        if due >= SWEEP_EVERY_MS {
+            self.swept_ms = now_ms;
+            let due = due.min(SWEEP_CATCH_UP_MS) as usize;
+            self.frags
+                .sweep(now_ns, SWEEP_FRAGS_PER_MS * due, &mut self.expired);
+            self.expire(now_ms, due);
         }
-        self.expire(now_ms, SWEEP_BUCKETS);
+        if !self.expired.is_empty() {
+            self.stats
+                .count(Outcome::FragExpired, self.expired.len() as u64);
+            pool.put_all(&mut self.expired);
+        }
         self.stats.set_occupancy(self.connections(), self.slots);
     }
 
@@ -507,7 +525,7 @@ impl LbWorker {
     /// this when idle, so entries expire even without traffic.
     pub fn maintain(&mut self, now_ns: u64, pool: &mut Pool) {
         let now_ms = (now_ns / 1_000_000) as u32;
-        self.expire(now_ms, 4096);
+        self.expire_buckets(now_ms, 4096);
         self.frags.sweep(now_ns, 1024, &mut self.expired);
         self.stats
             .count(Outcome::FragExpired, self.expired.len() as u64);
@@ -515,7 +533,16 @@ impl LbWorker {
         self.stats.set_occupancy(self.connections(), self.slots);
     }
 
-    fn expire(&mut self, now_ms: u32, buckets: usize) {
+    /// `ms` milliseconds' worth of the connection-expiry sweep: enough buckets of each table that
+    /// a pass over it takes a quarter of the idle timeout (at most [`SWEEP_PASS_MAX_MS`]).
+    fn expire(&mut self, now_ms: u32, ms: usize) {
+        let pass_ms = (self.idle_ms / 4).clamp(1, SWEEP_PASS_MAX_MS) as usize;
+        let buckets = (self.conn4.buckets().max(self.conn6.buckets()) * ms).div_ceil(pass_ms);
+        self.expire_buckets(now_ms, buckets);
+    }
+
+    /// Visit `buckets` buckets of each connection table, removing idle entries.
+    fn expire_buckets(&mut self, now_ms: u32, buckets: usize) {
         let idle = self.idle_ms;
         let mut n = 0u64;
         let keep = |_: &[u8; 13], v: &u64| {

@@ -446,6 +446,29 @@ fn idle_connections_expire() {
 }
 
 #[test]
+fn a_busy_worker_expires_idle_connections_on_its_clock() {
+    // No `maintain` calls: the sweep inside `process` keeps pace with burst time, a pass over
+    // the table per quarter of the idle timeout (10 s here), however few packets arrive.
+    let mut h = Harness::new(&FIVE);
+    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
+    h.send(&syns, 0);
+    let busy = [craft::tcp(&flow(5000), false)];
+    let ms = 1_000_000u64;
+    // A burst per millisecond up to 9.9 s: nothing is idle for 10 s yet.
+    for t in 7_000..9_900 {
+        h.send(&busy, t * ms);
+    }
+    assert_eq!(h.worker.connections().0, 1001);
+    assert_eq!(h.totals().get(Outcome::ConnExpired), 0);
+    // From 10 s on, one pass (2.5 s of bursts) removes the 1000 idle ones; the busy flow stays.
+    for t in 10_000..12_600 {
+        h.send(&busy, t * ms);
+    }
+    assert_eq!(h.worker.connections().0, 1);
+    assert_eq!(h.totals().get(Outcome::ConnExpired), 1000);
+}
+
+#[test]
 fn icmp_errors_follow_the_quoted_connection() {
     let mut h = Harness::new(&FIVE);
     let client = Endpoints::new("198.51.100.7", 40000, "203.0.113.10", 80);
