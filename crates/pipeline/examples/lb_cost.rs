@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Arguments: traffic (`constant`: one 5-tuple; `established`: uniformly random tracked
-//! connections), tracked connections, packets to process. Prints ns per packet.
+//! connections; `syn`: a new connection per packet), tracked connections, packets to process.
+//! Prints ns per packet.
 
 use fp_pipeline::config::LbConfig;
 use fp_pipeline::craft::{self, Endpoints};
@@ -61,7 +62,12 @@ fn main() {
         name = "web"
         backends = [{{ address = "10.0.1.1" }}, {{ address = "10.0.1.2" }}, {{ address = "10.0.1.3" }}]
         "#,
-        conns + conns / 4 + 64
+        if mode == "syn" {
+            // Room for every new connection at a low load, as in `bench lb`'s best SYN round.
+            (conns + packets) * 4 + 64
+        } else {
+            conns + conns / 4 + 64
+        }
     ))
     .expect("config");
     let snaps = Arc::new(Published::new(Arc::new(
@@ -101,6 +107,8 @@ fn main() {
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let frames = match mode.as_str() {
         "constant" => craft(&mut |_| conns / 2, 1, false),
+        // A new connection per packet, none seen before (the table grows by `packets`).
+        "syn" => craft(&mut |i| conns + i, packets, true),
         _ => craft(
             &mut |_| {
                 x = fp_hash::splitmix64(x);
