@@ -292,8 +292,11 @@ impl LbWorker {
                     && !redirected
                     && snap.match_vip(s.dst(), None, s.protocol).is_some()
                 {
+                    // An owner whose MAC is not yet resolved (e.g. just after start) cannot be
+                    // reached: the fragment is balanced here, where a router hashing by
+                    // addresses sends its datagram's other fragments too.
                     let owner = c.owner(&s.three_tuple());
-                    if owner != c.me {
+                    if owner != c.me && c.reachable(owner) {
                         redirect(c, owner, stats, tx, pool, ident, p, s);
                         continue;
                     }

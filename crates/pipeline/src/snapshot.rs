@@ -146,9 +146,9 @@ pub struct ClusterState {
     pub me: usize,
     /// Every balancer's address, in configuration order (equal on every balancer).
     pub balancers: Vec<std::net::Ipv4Addr>,
-    /// Outer Ethernet header toward each balancer (its MAC from the neighbour table, else the
-    /// gateway's).
-    l2: Vec<OuterL2>,
+    /// Outer Ethernet header toward each balancer; `None` while its MAC is not in the neighbour
+    /// table.
+    l2: Vec<Option<OuterL2>>,
     src4: Option<std::net::Ipv4Addr>,
     src6: Option<std::net::Ipv6Addr>,
     ttl: u8,
@@ -167,11 +167,20 @@ impl ClusterState {
         fp_hash::reduce(h, self.balancers.len() as u64) as usize
     }
 
+    /// Whether balancer `i`'s MAC is known, so a fragment can be sent to it. (Through the
+    /// gateway it would not reach that balancer: the router picks an ECMP next hop by the outer
+    /// header.)
+    #[inline]
+    pub fn reachable(&self, i: usize) -> bool {
+        self.l2.get(i).is_some_and(Option::is_some)
+    }
+
     /// The GRE encapsulation (recursion control 1: redirected once, never again) that carries a
     /// fragment addressed to `vip` to balancer `owner`. The outer destination is the VIP itself,
     /// sent to the owner's MAC: the owner's port steers VIP traffic to its workers (the AF_XDP
     /// program by destination address), and no kernel sees a tunnel to a local address. `None`
-    /// when there is no outer source address of the VIP's family.
+    /// when there is no outer source address of the VIP's family or the owner is not
+    /// [`reachable`](Self::reachable).
     pub fn redirect(&self, owner: usize, vip: IpAddr) -> Option<Encap> {
         let ip = match vip {
             IpAddr::V4(dst) => OuterIp::V4 {
@@ -186,7 +195,7 @@ impl ClusterState {
             },
         };
         Some(Encap {
-            l2: *self.l2.get(owner)?,
+            l2: (*self.l2.get(owner)?)?,
             ip,
             tunnel: Tunnel::Gre {
                 key: None,
@@ -468,14 +477,12 @@ impl Builder {
             l2: c
                 .balancers
                 .iter()
-                .map(|a| OuterL2 {
-                    src: local,
-                    dst: self
-                        .neighbors
-                        .get(&IpAddr::V4(*a))
-                        .copied()
-                        .unwrap_or(b.gateway_mac),
-                    vlan: None,
+                .map(|a| {
+                    self.neighbors.get(&IpAddr::V4(*a)).map(|&dst| OuterL2 {
+                        src: local,
+                        dst,
+                        vlan: None,
+                    })
                 })
                 .collect(),
             src4: b.address,

@@ -580,6 +580,11 @@ fn l2_dsr_rewrites_only_the_macs() {
 /// 02:00:00:00:01:0i, and each knows the others' MACs (as the live control loop learns them from
 /// the neighbour table).
 fn cluster_member(i: usize) -> Harness {
+    cluster_member_knowing(i, true)
+}
+
+/// [`cluster_member`], knowing its peers' MACs or not (just after a start).
+fn cluster_member_knowing(i: usize, peers_known: bool) -> Harness {
     let text =
         BASE.replace(
             "BACKENDS",
@@ -591,7 +596,7 @@ fn cluster_member(i: usize) -> Harness {
         ) + "\n[cluster]\nbalancers = [\"10.0.0.2\", \"10.0.0.3\", \"10.0.0.4\"]\n";
     let cfg = Arc::new(LbConfig::from_toml(&text).unwrap());
     let mut builder = Builder::new();
-    for j in 0..3u8 {
+    for j in (0..3u8).filter(|_| peers_known) {
         builder.set_neighbor(
             IpAddr::from([10, 0, 0, 2 + j]),
             Some(fp_wire::ethernet::MacAddr([2, 0, 0, 0, 1, j])),
@@ -699,6 +704,43 @@ fn fragments_sprayed_over_balancers_meet_at_their_owner() {
         .sum();
     assert!(redirected > 0);
     assert_eq!(redirected, arrived);
+}
+
+#[test]
+fn fragments_for_an_unresolved_owner_are_balanced_where_they_arrive() {
+    // Sent through the gateway, a redirect would reach whichever balancer the router picks;
+    // until the owner's MAC is known, the datagram (all of whose fragments a router hashing by
+    // addresses sends here) is balanced here.
+    let mut lb = cluster_member_knowing(0, false);
+    for n in 0..30u32 {
+        let e = Endpoints::new(&format!("198.51.100.{n}"), 4000, "203.0.113.53", 53);
+        let frags = craft::udp_fragments(&e, 4000, 1200, 2000 + n);
+        let out = lb.send(&frags, 1000 * n as u64);
+        assert_eq!(
+            out.len(),
+            frags.len(),
+            "datagram {n}: every fragment forwarded"
+        );
+        assert!(out.iter().all(|f| redirected_to(f).is_none()), "redirected");
+        let backends: Vec<IpAddr> = out.iter().map(|f| backend_of(f)).collect();
+        assert!(backends.iter().all(|b| *b == backends[0]), "{backends:?}");
+    }
+    assert_eq!(lb.totals().get(Outcome::FragRedirected), 0);
+    // Once the peers are known, the same traffic is redirected to its owners again.
+    for j in 0..3u8 {
+        lb.builder.set_neighbor(
+            IpAddr::from([10, 0, 0, 2 + j]),
+            Some(fp_wire::ethernet::MacAddr([2, 0, 0, 0, 1, j])),
+        );
+    }
+    let cfg = lb.published.load().config.clone();
+    let snap = lb.builder.build(cfg).unwrap();
+    lb.published.publish(Arc::new(snap));
+    for n in 0..30u32 {
+        let e = Endpoints::new(&format!("198.51.100.{n}"), 4000, "203.0.113.53", 53);
+        lb.send(&craft::udp_fragments(&e, 4000, 1200, 3000 + n), 100_000);
+    }
+    assert!(lb.totals().get(Outcome::FragRedirected) > 0);
 }
 
 #[test]
