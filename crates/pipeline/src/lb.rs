@@ -24,6 +24,7 @@ use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
 use fp_cuckoo::{Config as TableConfig, GeneralMap, Writer};
 use fp_wire::ip::IpProtocol;
+use fp_wire::tcp::TcpFlags;
 use fp_wire::{FlowKey, FragmentKey, PacketSummary};
 use std::sync::Arc;
 
@@ -250,6 +251,10 @@ impl LbWorker {
         let snap: &Snapshot = snap.get();
         stats.burst(rx.len());
         pending.clear();
+        // Flow hashes of the SYNs (by index in `pending`, bit set in `syns`), computed in stage 1
+        // to prefetch their Maglev entries.
+        let mut hashes = [0u64; crate::packet::MAX_BURST];
+        let mut syns = 0u64;
         keys4.clear();
         keys6.clear();
         let mut rx_bytes = 0u64;
@@ -373,6 +378,15 @@ impl LbWorker {
                     keys6.len() - 1
                 }
             };
+            // A SYN opens a connection and will need a Maglev selection in stage 3: hash it now
+            // and prefetch its table entry, which the burst's connection lookups would otherwise
+            // evict before stage 3 reads it.
+            if s.tcp_flags.contains(TcpFlags::SYN) && !s.tcp_flags.intersects(TcpFlags::ACK) {
+                let h = key.hash(*seed);
+                hashes[pending.len()] = h;
+                syns |= 1 << pending.len();
+                snap.vips[vip as usize].prefetch_select(h);
+            }
             let frag = s.fragment.map(|f| (f.ident, piece(s)));
             pending.push(Pending {
                 pkt: p,
@@ -391,14 +405,17 @@ impl LbWorker {
         conn6.get_batch(keys6, &mut vals6[..keys6.len()]);
 
         // Stage 3: decide, record, encapsulate, emit.
-        for Pending {
-            pkt,
-            key,
-            vip,
-            slot,
-            l3,
-            frag,
-        } in pending.drain(..)
+        for (
+            i,
+            Pending {
+                pkt,
+                key,
+                vip,
+                slot,
+                l3,
+                frag,
+            },
+        ) in pending.drain(..).enumerate()
         {
             let slot = slot as usize;
             let vs = &snap.vips[vip as usize];
@@ -425,7 +442,12 @@ impl LbWorker {
                         (Outcome::ConnMiss, "miss")
                     };
                     stats.count(outcome, 1);
-                    let Some((b, mslot)) = vs.select(key.hash(*seed)) else {
+                    let h = if syns >> i & 1 != 0 {
+                        hashes[i]
+                    } else {
+                        key.hash(*seed)
+                    };
+                    let Some((b, mslot)) = vs.select(h) else {
                         stats.count(Outcome::NoBackend, 1);
                         pool.put(pkt);
                         continue;
