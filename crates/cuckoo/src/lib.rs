@@ -15,7 +15,9 @@
 //! * **§3.3-3.4, batching and two-round prefetching**: [`Reader::get_batch`] hashes a whole batch,
 //!   prefetches every first bucket, reads them, prefetches second buckets only for the keys that
 //!   missed, reads those, and re-validates versions (Algorithm 3); any number of keys (dynamic
-//!   batching, §4.3).
+//!   batching, §4.3). [`Writer::get_batch`] is the same without the version protocol: while the
+//!   single writer reads its own table no write can run, which is how the load balancer's
+//!   per-worker connection tables are read.
 //! * **§3.5, huge pages**: the table is one mapping from [`fp_mem`]: explicit huge pages, else
 //!   transparent huge pages, else normal pages; [`Stats::pages`] says which.
 //! * **In-place updates**: inserts, updates and deletes change the one and only copy of the table

@@ -50,7 +50,8 @@ pub const STRIPES: usize = 4096;
 #[cfg(loom)]
 pub const STRIPES: usize = 8;
 
-/// Lookup strategy for [`RawTable::get_batch`]; the factor analysis of the benchmark compares them.
+/// Lookup strategy for [`Reader::get_batch_with`](crate::Reader::get_batch_with); the factor analysis
+/// of the benchmark compares them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Prefetch {
     /// Two-round prefetching (Algorithm 3): first buckets of the whole batch, then second buckets of
