@@ -328,7 +328,7 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
         .map(|_| frame(mac(rng.gen_range(churn..n)), mac(rng.gen_range(churn..n))))
         .collect();
     let mut no_updates = None;
-    for rate in [0u64, 64_000, 256_000, 1_000_000] {
+    for rate in [0u64, 64_000, 256_000, 500_000, 1_000_000] {
         let mut fib = build_fib(n, PagePolicy::Auto, seed, PORTS)?;
         let (ltx, _lrx) = learn_queue(1);
         let mut sw = SwitchWorker::new(fib.reader(), PORTS, ltx, u64::MAX);
