@@ -65,6 +65,23 @@ pub trait Layout: sealed::Sealed + Send + Sync + 'static {
     fn decode(&self, raw: Self::Raw) -> Self::Value;
     #[doc(hidden)]
     fn is_empty(&self, slot: &[AtomicU64]) -> bool;
+    /// For the writer's insert: bit `i` of the first mask set when slot `i` of `bucket` may hold
+    /// the probe's key (a superset of the slots that do: confirm with [`Layout::matches`]), of
+    /// the second when slot `i` is empty. Layouts with tags override it to read only those.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn masks(&self, bucket: &[AtomicU64], p: &Self::Probe) -> (u32, u32) {
+        let (mut cand, mut empty) = (0u32, 0u32);
+        for (i, slot) in bucket
+            .chunks_exact(self.stride())
+            .take(crate::table::SLOTS)
+            .enumerate()
+        {
+            cand |= (self.matches(slot, p).is_some() as u32) << i;
+            empty |= (self.is_empty(slot) as u32) << i;
+        }
+        (cand, empty)
+    }
     /// Hash of the key stored in an occupied slot (writer side only).
     #[doc(hidden)]
     fn slot_hash(&self, seed: u64, slot: &[AtomicU64]) -> u64;
@@ -523,6 +540,23 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
     #[inline(always)]
     fn is_empty(&self, slot: &[AtomicU64]) -> bool {
         (slot[Self::TAG_WORD].load(Relaxed) >> Self::TAG_SHIFT) & 0xFF == 0
+    }
+
+    #[inline(always)]
+    fn masks(&self, bucket: &[AtomicU64], p: &GeneralProbe) -> (u32, u32) {
+        // The tag word of each slot only: equal tags are candidates, a zero tag an empty slot.
+        let tw = Self::mask(Self::TAG_WORD, true);
+        let (mut cand, mut empty) = (0u32, 0u32);
+        for (i, slot) in bucket
+            .chunks_exact(Self::WORDS)
+            .take(crate::table::SLOTS)
+            .enumerate()
+        {
+            let t = slot[Self::TAG_WORD].load(Relaxed);
+            cand |= (((t ^ p.words[Self::TAG_WORD]) & tw == 0) as u32) << i;
+            empty |= (((t >> Self::TAG_SHIFT) & 0xFF == 0) as u32) << i;
+        }
+        (cand, empty)
     }
 
     fn slot_hash(&self, seed: u64, slot: &[AtomicU64]) -> u64 {

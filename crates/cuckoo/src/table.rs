@@ -492,16 +492,25 @@ impl<L: Layout> RawTable<L> {
         let mut enc = [0u64; MAX_WORDS];
         self.layout.encode(&p, key, value, &mut enc)?;
         let enc = &enc[..self.layout.stride()];
-        // In-place update of an existing key.
-        if let Some((b, s, raw)) = self.writer_find(&p) {
-            self.write_slot(b, s, enc);
-            return Ok(Some(self.layout.decode(raw)));
-        }
+        // One pass over both buckets' tags: candidates for the key, and free slots. A new key
+        // (the common case: a connection's first packet) has no candidate and needs no compare.
         let (b1, b2) = v.buckets(L::probe_hash(&p));
-        let (b, s) = match (self.free_slot(b1), self.free_slot(b2)) {
-            (Some(s), _) => (b1, s),
-            (None, Some(s)) => (b2, s),
-            (None, None) => self.make_room(search, b1, b2)?,
+        let (c1, e1) = self.layout.masks(v.bucket(b1), &p);
+        let (c2, e2) = self.layout.masks(v.bucket(b2), &p);
+        // In-place update of an existing key.
+        if c1 | c2 != 0 {
+            if let Some((b, s, raw)) = self.writer_find(&p) {
+                self.write_slot(b, s, enc);
+                return Ok(Some(self.layout.decode(raw)));
+            }
+        }
+        // The first free slot of the first bucket, else of the second (as `free_slot` would).
+        let (b, s) = if e1 != 0 {
+            (b1, e1.trailing_zeros() as usize)
+        } else if e2 != 0 {
+            (b2, e2.trailing_zeros() as usize)
+        } else {
+            self.make_room(search, b1, b2)?
         };
         self.write_slot(b, s, enc);
         self.add_len(1);
