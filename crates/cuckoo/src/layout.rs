@@ -427,8 +427,8 @@ impl<K: FixedBytes, V: FixedBytes> General<K, V> {
     }
 
     /// Zero when the key words of `slot` equal the probe's (tag included), compared in place.
-    // Index loops over constant bounds: LLVM unrolls them; the zip/take/enumerate chain it did
-    // kept as a loop (callgrind: 11 instructions of loop control per slot compared).
+    // Index loops over constant bounds: LLVM unrolls them, while it kept the zip/take/enumerate
+    // chain as a loop (callgrind: 11 instructions of loop control per slot compared).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn key_diff(slot: &[AtomicU64], p: &GeneralProbe) -> u64 {
@@ -437,6 +437,25 @@ impl<K: FixedBytes, V: FixedBytes> General<K, V> {
             d |= (slot[j].load(Relaxed) ^ p.words[j]) & Self::mask(j, true);
         }
         d
+    }
+
+    /// From the tag word of each slot of `bucket` only: the slots whose tag equals the probe's
+    /// (bit `i` for slot `i`), and the empty slots (tag zero). Lookups use the first, inserts both;
+    /// the unused one compiles away.
+    #[inline(always)]
+    fn tag_masks(bucket: &[AtomicU64], p: &GeneralProbe) -> (u32, u32) {
+        let tw = Self::mask(Self::TAG_WORD, true);
+        let (mut cand, mut empty) = (0u32, 0u32);
+        for (i, slot) in bucket
+            .chunks_exact(Self::WORDS)
+            .take(crate::table::SLOTS)
+            .enumerate()
+        {
+            let t = slot[Self::TAG_WORD].load(Relaxed);
+            cand |= (((t ^ p.words[Self::TAG_WORD]) & tw == 0) as u32) << i;
+            empty |= (((t >> Self::TAG_SHIFT) & 0xFF == 0) as u32) << i;
+        }
+        (cand, empty)
     }
 }
 
@@ -492,16 +511,7 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
         // buckets): every slot compared. The two branches are predictable: established flows
         // find a candidate, new ones none, and tag collisions are rare.
         let mut raw = [0u64; MAX_WORDS];
-        let tw = Self::mask(Self::TAG_WORD, true);
-        let mut cand = 0u32;
-        for (i, slot) in bucket
-            .chunks_exact(Self::WORDS)
-            .take(crate::table::SLOTS)
-            .enumerate()
-        {
-            let t = slot[Self::TAG_WORD].load(Relaxed);
-            cand |= (((t ^ p.words[Self::TAG_WORD]) & tw == 0) as u32) << i;
-        }
+        let (cand, _) = Self::tag_masks(bucket, p);
         if cand == 0 {
             return (false, raw);
         }
@@ -544,19 +554,7 @@ impl<K: FixedBytes, V: FixedBytes> Layout for General<K, V> {
 
     #[inline(always)]
     fn masks(&self, bucket: &[AtomicU64], p: &GeneralProbe) -> (u32, u32) {
-        // The tag word of each slot only: equal tags are candidates, a zero tag an empty slot.
-        let tw = Self::mask(Self::TAG_WORD, true);
-        let (mut cand, mut empty) = (0u32, 0u32);
-        for (i, slot) in bucket
-            .chunks_exact(Self::WORDS)
-            .take(crate::table::SLOTS)
-            .enumerate()
-        {
-            let t = slot[Self::TAG_WORD].load(Relaxed);
-            cand |= (((t ^ p.words[Self::TAG_WORD]) & tw == 0) as u32) << i;
-            empty |= (((t >> Self::TAG_SHIFT) & 0xFF == 0) as u32) << i;
-        }
-        (cand, empty)
+        Self::tag_masks(bucket, p)
     }
 
     fn slot_hash(&self, seed: u64, slot: &[AtomicU64]) -> u64 {

@@ -567,7 +567,7 @@ impl Port for AfPacketPort {
 
     fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
         let now = match self.cfg.timestamps {
-            Timestamps::Monotonic => sys::monotonic_ns(),
+            Timestamps::Monotonic => crate::sys::monotonic_ns(),
             Timestamps::Kernel => 0,
         };
         let mut n = 0;
@@ -714,19 +714,6 @@ mod sys {
         } else {
             4096
         }
-    }
-
-    /// `CLOCK_MONOTONIC` in nanoseconds.
-    #[inline]
-    pub fn monotonic_ns() -> u64 {
-        // SAFETY: all-zero is a valid timespec; clock_gettime writes one timespec into `ts`, a
-        // live local, and cannot fail for CLOCK_MONOTONIC.
-        let ts = unsafe {
-            let mut ts: libc::timespec = zeroed();
-            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-            ts
-        };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
     /// The index of interface `name` in the calling thread's network namespace.

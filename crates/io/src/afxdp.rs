@@ -492,7 +492,7 @@ impl Port for AfXdpPort {
             self.kick_tx_if_needed();
             return 0;
         }
-        let ts = sys::monotonic_ns();
+        let ts = crate::sys::monotonic_ns();
         let mut taken = 0u32;
         let mut delivered = 0usize;
         while taken < avail {
@@ -1222,18 +1222,6 @@ mod sys {
             // Fields drop in order after this: rings, socket, UMEM. Nothing to do here; the impl
             // exists to document (and pin) that order.
         }
-    }
-
-    /// CLOCK_MONOTONIC in ns (vDSO: no system call).
-    #[inline]
-    pub fn monotonic_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: writes one timespec into a live value.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
     const SIOCETHTOOL: libc::c_ulong = 0x8946;

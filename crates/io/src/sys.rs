@@ -16,25 +16,28 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (the clock the ports stamp received packets with).
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock the ports stamp received packets with; vDSO, no
+/// system call).
+#[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: time on a CPU
 /// only, so time spent descheduled on a shared machine does not count).
 pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Clock `id` in nanoseconds.
+#[inline]
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux ≥ 2.6.12.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; both clocks used here exist on every Linux this
+    // runs on (CLOCK_THREAD_CPUTIME_ID since 2.6.12), so the call cannot fail.
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -559,6 +559,26 @@ mod live {
             .collect()
     }
 
+    /// The measurement window of a live case: 0.5 s of warm-up, a sample, `secs`, a sample; then
+    /// the sender is stopped and joined (its error, if any, is the case's).
+    fn window<T>(
+        secs: f64,
+        stop: &AtomicBool,
+        sender: std::thread::JoinHandle<Result<()>>,
+        sample: impl Fn() -> Result<T>,
+    ) -> Result<(T, T)> {
+        std::thread::sleep(Duration::from_millis(500));
+        let a = sample()?;
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let z = sample()?;
+        stop.store(true, Ordering::Relaxed);
+        sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"))?
+            .context("sender")?;
+        Ok((a, z))
+    }
+
     /// The sender thread (pinned to CPU 0): `frames` in turn, as fast as the socket takes them
     /// or at `rate_pps`.
     fn start_sender(
@@ -665,15 +685,7 @@ mod live {
                 process_cpu_ns("self") + softirqd.iter().map(|p| process_cpu_ns(p)).sum::<u64>(),
             ))
         };
-        std::thread::sleep(Duration::from_millis(500));
-        let a = sample()?;
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        let z = sample()?;
-        stop.store(true, Ordering::Relaxed);
-        sender
-            .join()
-            .map_err(|_| anyhow::anyhow!("sender panicked"))?
-            .context("sender")?;
+        let (a, z) = window(secs, &stop, sender, sample)?;
         if let Some(p) = &proc {
             p.signal(libc::SIGTERM);
             p.wait(Duration::from_secs(10))?;
@@ -945,15 +957,7 @@ mod live {
                 task_cpu_ns(tid)?,
             ))
         };
-        std::thread::sleep(Duration::from_millis(500));
-        let a = sample()?;
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        let z = sample()?;
-        stop.store(true, Ordering::Relaxed);
-        sender
-            .join()
-            .map_err(|_| anyhow::anyhow!("sender panicked"))?
-            .context("sender")?;
+        let (a, z) = window(secs, &stop, sender, sample)?;
         let forwarded = worker
             .join()
             .map_err(|_| anyhow::anyhow!("forwarder panicked"))??;
