@@ -3,20 +3,15 @@
 //! Layer: **cli**. It parses arguments, builds what the command needs, and prints results.
 #![deny(unsafe_code)]
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 mod backend;
-mod bench;
 mod flowlet;
 mod lb;
 mod live;
 mod switch;
 
-/// OS helpers shared with the I/O layer.
-mod sys {
-    pub use fp_io::sys::pin_to_cpu;
-}
 #[derive(Parser, Debug)]
 #[command(
     name = "flowplane",
@@ -30,10 +25,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run a benchmark: prints a table; `--json FILE` writes records, `--quick` is a one-minute smoke run.
+    /// Run a benchmark (the separate `flowplane-bench` binary next to this one, which links the
+    /// peers): `flowplane bench NAME [--quick] [--json FILE] [--plots DIR]`.
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        which: Box<bench::BenchCmd>,
+        /// The benchmark and its arguments, passed to flowplane-bench.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Prepare (or with --remove, restore) this Linux host as a direct-server-return backend: VIP on
     /// loopback, ARP and rp_filter settings, and decapsulation (kernel VXLAN or a tc eBPF program
@@ -57,10 +55,27 @@ enum Command {
     Flowlet(flowlet::FlowletArgs),
 }
 
+/// `flowplane bench ...` runs `flowplane-bench ...` from the same directory (the benchmarks and their
+/// peers live in their own binary, so this one links none of them).
+fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().context("locating this executable")?;
+    let bin = me.with_file_name("flowplane-bench");
+    if !bin.is_file() {
+        anyhow::bail!(
+            "{} not found: the benchmarks are a separate binary; build it with \
+             `cargo build --release -p fp-bench`",
+            bin.display()
+        );
+    }
+    let e = std::process::Command::new(&bin).args(args).exec();
+    Err(anyhow::Error::new(e).context(format!("running {}", bin.display())))
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Bench { which } => bench::run(*which),
+        Command::Bench { args } => bench(args),
         Command::Backend(a) => backend::run(a),
         Command::Run(a) => lb::run(a),
         Command::Demo(a) => lb::demo(a),

@@ -18,6 +18,11 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The VIP maps: std's hash map with foldhash, a fast process-local hasher (these maps never leave
+/// the process, and their keys are the configuration's VIPs, not packet fields an attacker picks).
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// A backend's runtime state.
 #[derive(Clone, Debug)]
 pub struct BackendState {
@@ -135,10 +140,10 @@ pub struct Snapshot {
     pub vips: Vec<VipState>,
     /// Backends by stable id (`None` for ids of backends no longer configured).
     pub backends: Vec<Option<BackendState>>,
-    exact4: hashbrown::HashMap<u64, u32>,
-    exact6: hashbrown::HashMap<(u128, u32), u32>,
+    exact4: FastMap<u64, u32>,
+    exact6: FastMap<(u128, u32), u32>,
     /// (address, protocol) pairs that some exact VIP uses, for non-first fragments (no port).
-    exact_addrs: hashbrown::HashSet<(IpAddr, u8)>,
+    exact_addrs: FastSet<(IpAddr, u8)>,
     groups: Vec<GroupState>,
     /// Fragment redirection to owner balancers, from `[cluster]`.
     pub cluster: Option<ClusterState>,
@@ -393,9 +398,9 @@ impl Builder {
         }
         let words = backends.len().div_ceil(64);
         let mut vips = Vec::new();
-        let mut exact4 = hashbrown::HashMap::new();
-        let mut exact6 = hashbrown::HashMap::new();
-        let mut exact_addrs = hashbrown::HashSet::new();
+        let mut exact4 = FastMap::default();
+        let mut exact6 = FastMap::default();
+        let mut exact_addrs = FastSet::default();
         let mut groups: Vec<GroupState> = config
             .prefix_groups
             .iter()

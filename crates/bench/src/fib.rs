@@ -22,7 +22,7 @@
 
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
-use crate::sys;
+use fp_io::sys;
 use anyhow::{bail, Context, Result};
 use fp_cuckoo::{CompactMap, CompactReader, Config, GeneralMap, PagePolicy, Prefetch};
 use rand::{Rng, SeedableRng};

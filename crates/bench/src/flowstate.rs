@@ -325,7 +325,7 @@ where
             .map(|(i, p)| {
                 let f = &f;
                 s.spawn(move || {
-                    crate::sys::pin_to_cpu(i);
+                    fp_io::sys::pin_to_cpu(i);
                     f(p)
                 })
             })

@@ -1,7 +1,9 @@
-//! `flowplane bench NAME`: the benchmark programs.
+//! `flowplane-bench NAME`: flowplane's benchmark programs, each measuring a peer in the same run.
 //!
-//! Every benchmark prints a human table as it goes and, with `--json FILE`, writes one JSON object per
-//! measurement (../shared/DESIGN.md, "Benchmark output"):
+//! This binary is separate from the shipped `flowplane` so that the peers (hashbrown, dashmap, sux's
+//! VFunc), the plotting library and the namespace test harness are linked here only. Every benchmark
+//! prints a human table as it goes and, with `--json FILE`, writes one JSON object per measurement
+//! (docs/benchmarks.md describes the records):
 //!
 //! ```text
 //! {"bench":"fib","case":"lookup_batched","params":{"entries":67108864,...},"value":41.7,"unit":"Mops",
@@ -12,23 +14,25 @@
 //! (ns, bytes), so a ratio above 1 always means flowplane wins. `--quick` runs a reduced version that
 //! finishes within a minute on 2 cores; `--plots DIR` writes PNG plots.
 
+#![deny(unsafe_code)]
+
 use anyhow::{Context, Result};
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-pub mod fib;
-pub mod flowcache;
-pub mod flowstate;
-pub mod lb;
-pub mod live;
-pub mod maglev;
-pub mod plot;
-pub mod setsep;
-pub mod switch;
+mod fib;
+mod flowcache;
+mod flowstate;
+mod lb;
+mod live;
+mod maglev;
+mod plot;
+mod setsep;
+mod switch;
 
 /// Options every benchmark accepts.
 #[derive(Args, Clone, Debug, Default)]
@@ -70,7 +74,22 @@ pub enum BenchCmd {
     Flowstate(flowstate::FlowstateArgs),
 }
 
-pub fn run(cmd: BenchCmd) -> Result<()> {
+#[derive(Parser, Debug)]
+#[command(
+    name = "flowplane-bench",
+    version,
+    about = "flowplane's benchmarks: each prints a table and, with --json FILE, writes records with a peer measured in the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    which: BenchCmd,
+}
+
+fn main() -> Result<()> {
+    run(Cli::parse().which)
+}
+
+fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Fib(a) => fib::run(a),
         BenchCmd::Lb(a) => lb::run(a),
@@ -81,6 +100,24 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Maglev(a) => maglev::run(a),
         BenchCmd::Flowstate(a) => flowstate::run(a),
     }
+}
+
+/// The shipped `flowplane` binary, which the live benchmarks run as the system under test: the one
+/// next to this benchmark binary (cargo builds both into the same directory), or the one named by
+/// `FLOWPLANE_BIN`.
+pub fn flowplane_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FLOWPLANE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().context("locating this executable")?;
+    let p = me.with_file_name("flowplane");
+    anyhow::ensure!(
+        p.is_file(),
+        "{} not found: build it next to flowplane-bench (cargo build --release -p flowplane -p fp-bench) \
+         or set FLOWPLANE_BIN",
+        p.display()
+    );
+    Ok(p)
 }
 
 /// Measure competitors in alternating rounds and keep each one's best round. Background load on a

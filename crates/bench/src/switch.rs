@@ -648,7 +648,7 @@ mod live {
                 None
             }
             "af_packet" | "af_xdp" => {
-                let exe = std::env::current_exe()?;
+                let exe = crate::flowplane_binary()?;
                 let p =
                     b.sw.cmd([
                         exe.to_str().context("executable path")?,

@@ -216,7 +216,7 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
     std::fs::write(&cfg, config_text())?;
     let proc = match case {
         "af_packet" | "af_xdp" => {
-            let exe = std::env::current_exe()?;
+            let exe = crate::flowplane_binary()?;
             let p = b
                 .balancer
                 .cmd([
