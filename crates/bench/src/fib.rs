@@ -22,9 +22,9 @@
 
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
-use fp_io::sys;
 use anyhow::{bail, Context, Result};
 use fp_cuckoo::{CompactMap, CompactReader, Config, GeneralMap, PagePolicy, Prefetch};
+use fp_engine::sys;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

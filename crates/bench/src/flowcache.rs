@@ -485,13 +485,13 @@ impl<D: Design, P: Policy> Warm for Warmed<D, P> {
             // throughput passes use other keys (see `Point`).
             let lookup_ns = min(pt.lookup_segments.iter().map(|s| lookup_pass(cache, s)));
             let total: usize = pt.segments.iter().map(Vec::len).sum();
-            let (cpu0, wall0) = (fp_io::sys::thread_cpu_ns(), Instant::now());
+            let (cpu0, wall0) = (fp_engine::sys::thread_cpu_ns(), Instant::now());
             let mut hits = 0u64;
             for seg in pt.segments {
                 hits += throughput_pass(cache, seg, pt.penalty);
             }
             let wall = wall0.elapsed().as_secs_f64();
-            let cpu = match fp_io::sys::thread_cpu_ns() {
+            let cpu = match fp_engine::sys::thread_cpu_ns() {
                 b if b > cpu0 => (b - cpu0) as f64 * 1e-9,
                 _ => wall,
             };

@@ -251,7 +251,7 @@ fn run_ours(tr: &[PacketIn], slots: usize, cells: usize) -> Result<Timed> {
     let mut batch_ns = Vec::with_capacity(tr.len() / BATCH + 1);
     let (mut checksum, mut drops) = (0u64, 0u64);
     let mut now = 0;
-    let c0 = fp_io::sys::thread_cpu_ns();
+    let c0 = fp_engine::sys::thread_cpu_ns();
     let t0 = Instant::now();
     for chunk in tr.chunks(BATCH) {
         let b0 = Instant::now();
@@ -265,7 +265,7 @@ fn run_ours(tr: &[PacketIn], slots: usize, cells: usize) -> Result<Timed> {
     lb.flush(now, &mut out);
     let (c, d) = sum_out(&mut out);
     let secs = t0.elapsed().as_secs_f64();
-    let cpu_secs = (fp_io::sys::thread_cpu_ns() - c0) as f64 / 1e9;
+    let cpu_secs = (fp_engine::sys::thread_cpu_ns() - c0) as f64 / 1e9;
     Ok(Timed {
         secs,
         cpu_secs,
@@ -282,7 +282,7 @@ fn run_peer(tr: &[PacketIn]) -> Timed {
     let mut out = Vec::with_capacity(8192);
     let mut batch_ns = Vec::with_capacity(tr.len() / BATCH + 1);
     let mut checksum = 0u64;
-    let c0 = fp_io::sys::thread_cpu_ns();
+    let c0 = fp_engine::sys::thread_cpu_ns();
     let t0 = Instant::now();
     for chunk in tr.chunks(BATCH) {
         let b0 = Instant::now();
@@ -292,7 +292,7 @@ fn run_peer(tr: &[PacketIn]) -> Timed {
     }
     Timed {
         secs: t0.elapsed().as_secs_f64(),
-        cpu_secs: (fp_io::sys::thread_cpu_ns() - c0) as f64 / 1e9,
+        cpu_secs: (fp_engine::sys::thread_cpu_ns() - c0) as f64 / 1e9,
         packets: tr.len() as u64,
         inserts: h.inserts,
         batch_ns,
@@ -325,7 +325,7 @@ where
             .map(|(i, p)| {
                 let f = &f;
                 s.spawn(move || {
-                    fp_io::sys::pin_to_cpu(i);
+                    fp_engine::sys::pin_to_cpu(i);
                     f(p)
                 })
             })

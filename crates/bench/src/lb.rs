@@ -15,13 +15,13 @@
 
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
-use fp_io::sys::pin_to_cpu;
-use fp_pipeline::config::LbConfig;
+use fp_engine::sys::pin_to_cpu;
+use fp_lb::config::LbConfig;
+use fp_lb::snapshot::{Builder, Published, Snapshot};
+use fp_lb::stats::{Outcome, Totals};
+use fp_lb::worker::LbWorker;
 use fp_pipeline::craft::{self, Endpoints};
-use fp_pipeline::lb::LbWorker;
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
-use fp_pipeline::snapshot::{Builder, Published, Snapshot};
-use fp_pipeline::stats::{Outcome, Totals};
 use fp_wire::PacketSummary;
 use rand::{Rng, SeedableRng};
 use std::net::{IpAddr, Ipv4Addr};

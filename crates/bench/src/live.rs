@@ -21,10 +21,10 @@
 
 use super::{CommonOpts, Record, Report};
 use anyhow::{bail, Context, Result};
-use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::port::Port;
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
-use fp_pipeline::port::Port;
 use fp_testnet::{Netns, TestNet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -24,9 +24,10 @@
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
 use fp_cuckoo::{CompactMap, CompactWriter, Config, PagePolicy};
-use fp_io::sys::pin_to_cpu;
+use fp_engine::sys::pin_to_cpu;
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
-use fp_pipeline::switch::{learn_queue, LookupMode, SwitchWorker};
+use fp_switch::fib::learn_queue;
+use fp_switch::worker::{LookupMode, SwitchWorker};
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -419,17 +420,19 @@ mod live {
     use super::{Record, Report, FRAME};
     use anyhow::{bail, Context, Result};
     use fp_cuckoo::{CompactReader, PagePolicy};
-    use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
-    use fp_io::afxdp::{AfXdpConfig, AfXdpPort, Steering};
-    use fp_io::live::LivePort;
+    use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
+    use fp_engine::driver::{self, Options, Worker};
+    use fp_engine::live::{Capture, LiveSpec};
+    use fp_engine::port::Port;
     use fp_pipeline::craft::{self, Endpoints};
-    use fp_pipeline::packet::{burst, Pool, MAX_BURST};
-    use fp_pipeline::port::Port;
-    use fp_pipeline::switch::{learn_queue, LookupMode, SwitchWorker};
+    use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
+    use fp_pipeline::stage::{Outputs, Stage};
+    use fp_switch::fib::learn_queue;
+    use fp_switch::worker::{LookupMode, SwitchWorker};
     use fp_testnet::{Link, Netns, TestNet};
     use rand::{Rng, SeedableRng};
     use std::net::{IpAddr, Ipv4Addr};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -589,7 +592,7 @@ mod live {
         rate_pps: Option<f64>,
     ) -> Result<std::thread::JoinHandle<Result<()>>> {
         Ok(b.snd.spawn_thread(move || -> Result<()> {
-            fp_io::sys::pin_to_cpu(0);
+            fp_engine::sys::pin_to_cpu(0);
             let mut port = AfPacketPort::open("eth0", &AfPacketConfig::default())?;
             let mut pool = Pool::new(4 * MAX_BURST);
             let mut out = burst();
@@ -850,32 +853,50 @@ mod live {
             .context("unreadable schedstat")
     }
 
-    /// Port `id` of the forwarder (AF_XDP: queue 0, every frame steered to the socket).
-    fn open_port(driver: &str, ifname: &str, id: u16) -> Result<LivePort> {
-        Ok(match driver {
-            "af_packet" => {
-                let cfg = AfPacketConfig {
-                    block_size: 1 << 18,
-                    block_count: 16,
-                    promisc: true,
-                    port_id: id,
-                    ..AfPacketConfig::default()
-                };
-                LivePort::Packet(Box::new(AfPacketPort::open(ifname, &cfg)?))
-            }
-            _ => {
-                let cfg = AfXdpConfig {
-                    steering: Steering::All,
-                    ..AfXdpConfig::default()
-                };
-                LivePort::Xdp(Box::new(AfXdpPort::open(ifname, 0, &cfg)?))
-            }
-        })
+    /// The forwarder as a stage of the engine: frames from p0 (port 0) go to p1 (port 1), through
+    /// the switch worker (learning off) or, without a FIB, handed over as received — the paper's
+    /// Table 2 bound. It records its thread's id for the CPU-time samples.
+    struct Forwarder {
+        sw: Option<SwitchWorker>,
+        tid: Arc<AtomicI32>,
     }
 
-    /// One forwarder on p0 → p1 in the switch namespace, pinned to CPU 1, for `secs` (after
-    /// 0.5 s of warm-up) while the sender offers `frames`: with `fib`, the switch worker (the
-    /// destinations of each received burst looked up at once, learning off); without, the
+    impl Stage for Forwarder {
+        fn process(
+            &mut self,
+            port: usize,
+            rx: &mut Vec<Packet>,
+            out: &mut Outputs,
+            pool: &mut Pool,
+            now_ns: u64,
+        ) {
+            match &mut self.sw {
+                Some(sw) => sw.process(port as u16, rx, out.bursts_mut(), pool, now_ns),
+                None => out.to(1).append(rx),
+            }
+        }
+
+        /// Only p0 carries the measured traffic.
+        fn admit(&mut self, port: usize, _out: &Outputs) -> bool {
+            port == 0
+        }
+
+        fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
+            if self.tid.load(Ordering::Relaxed) == 0 {
+                // "/proc/thread-self" links to "PID/task/TID".
+                let tid = std::fs::read_link("/proc/thread-self")
+                    .ok()
+                    .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
+                    .unwrap_or(-1);
+                self.tid.store(tid, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// One forwarder on p0 → p1 in the switch namespace (the engine's driver, one worker pinned
+    /// to CPU 1, ports opened by the port driver `driver` capturing every frame), for `secs`
+    /// (after 0.5 s of warm-up) while the sender offers `frames`: with `fib`, the switch worker
+    /// (the destinations of each received burst looked up at once, learning off); without, the
     /// paper's Table 2 bound — each burst handed to p1 as received.
     fn forward(
         b: &Bed,
@@ -885,67 +906,47 @@ mod live {
         secs: f64,
         rate_pps: Option<f64>,
     ) -> Result<Fwd> {
+        let port_driver = fp_engine::live::driver(driver).map_err(|e| anyhow::anyhow!(e))?;
+        let spec = LiveSpec {
+            ring_bytes: Some(4 << 20),
+            ..LiveSpec::new(&["p0", "p1"], 1, Capture::All)
+        };
+        let opened = b.sw.enter(move || port_driver.open(&spec))??;
+        let mut ports = opened.ports;
+        let tid = Arc::new(AtomicI32::new(0));
+        let sw = fib.map(|r| {
+            let (ltx, _lrx) = learn_queue(1);
+            let mut sw = SwitchWorker::new(r, 2, ltx, u64::MAX);
+            sw.set_learning(false);
+            sw.set_mode(LookupMode::Prefetched);
+            sw
+        });
+        let running = driver::start(
+            vec![Worker {
+                stage: Forwarder {
+                    sw,
+                    tid: tid.clone(),
+                },
+                ports: ports.remove(0),
+            }],
+            &Options {
+                name: "fp-forward".into(),
+                pin: true,
+                first_cpu: 1,
+                ..Options::default()
+            },
+        )?;
+        let counters = running.counters().remove(0);
+        let t = Instant::now();
+        while tid.load(Ordering::Relaxed) == 0 {
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(20),
+                "the forwarder did not start"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let tid = tid.load(Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<i32>>();
-        let drv = driver.to_string();
-        let (st, rcv) = (stop.clone(), received.clone());
-        let worker = b.sw.spawn_thread(move || -> Result<Option<u64>> {
-            fp_io::sys::pin_to_cpu(1);
-            let opened =
-                open_port(&drv, "p0", 0).and_then(|p0| Ok([p0, open_port(&drv, "p1", 1)?]));
-            let mut ports = match opened {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(anyhow::anyhow!("{e:#}")));
-                    return Ok(None);
-                }
-            };
-            // "/proc/thread-self" links to "PID/task/TID".
-            let tid = std::fs::read_link("/proc/thread-self")
-                .ok()
-                .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
-                .context("reading this thread's id from /proc/thread-self");
-            let _ = ready_tx.send(tid);
-            let mut sw = fib.map(|r| {
-                let (ltx, _lrx) = learn_queue(1);
-                let mut sw = SwitchWorker::new(r, 2, ltx, u64::MAX);
-                sw.set_learning(false);
-                sw.set_mode(LookupMode::Prefetched);
-                sw
-            });
-            let mut pool = Pool::new(8 * MAX_BURST);
-            let mut rx = burst();
-            let mut tx = [burst(), burst()];
-            let (mut idle, mut total) = (0u32, 0u64);
-            while !st.load(Ordering::Relaxed) {
-                let k = ports[0].rx_burst(&mut pool, &mut rx, MAX_BURST);
-                if k == 0 {
-                    idle += 1;
-                    if idle >= 8 {
-                        ports[0].wait(Duration::from_millis(1));
-                    }
-                    continue;
-                }
-                idle = 0;
-                total += k as u64;
-                rcv.store(total, Ordering::Relaxed);
-                match &mut sw {
-                    Some(sw) => sw.process(0, &mut rx, &mut tx, &mut pool, 0),
-                    None => tx[1].append(&mut rx),
-                }
-                for (j, out) in tx.iter_mut().enumerate() {
-                    if !out.is_empty() {
-                        ports[j].tx_burst(out, &mut pool);
-                        pool.put_all(out);
-                    }
-                }
-            }
-            Ok(sw.map(|sw| sw.stats().forwarded.get()))
-        })?;
-        let tid = ready_rx
-            .recv_timeout(Duration::from_secs(20))
-            .context("the forwarder did not open its ports")??;
         let offered = Arc::new(AtomicU64::new(0));
         let sender = start_sender(b, frames.clone(), stop.clone(), offered.clone(), rate_pps)?;
         let sample = || -> Result<(Instant, u64, u64, u64, u64)> {
@@ -953,21 +954,20 @@ mod live {
                 Instant::now(),
                 b.rcv_link.stats()?.rx_packets,
                 offered.load(Ordering::Relaxed),
-                received.load(Ordering::Relaxed),
+                counters.ports[0].rx.get(),
                 task_cpu_ns(tid)?,
             ))
         };
         let (a, z) = window(secs, &stop, sender, sample)?;
-        let forwarded = worker
-            .join()
-            .map_err(|_| anyhow::anyhow!("forwarder panicked"))??;
+        let done = running.stop()?.remove(0);
+        let forwarded = done.stage.sw.as_ref().map(|sw| sw.stats().forwarded.get());
         let dt = (z.0 - a.0).as_secs_f64();
         let rx = z.3 - a.3;
         Ok(Fwd {
             pps: (z.1 - a.1) as f64 / dt,
             offered_pps: (z.2 - a.2) as f64 / dt,
             cpu_ns: (z.4 - a.4) as f64 / rx.max(1) as f64,
-            rx: received.load(Ordering::Relaxed),
+            rx: done.counters.ports[0].rx.get(),
             forwarded,
         })
     }

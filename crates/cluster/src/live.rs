@@ -1,5 +1,5 @@
 //! Cluster nodes on real interfaces (feature `live`): the interconnect and the external ports of a
-//! [`Node`] over fp-io's AF_PACKET port ([`AfPacketPort`]: a `TPACKET_V3` receive ring and
+//! [`Node`] over fp-engine's AF_PACKET port ([`AfPacketPort`]: a `TPACKET_V3` receive ring and
 //! `sendmmsg` batches), so that each node can run in its own network namespace (or on its own
 //! machine) with its external ports on veths or NICs and its interconnect port on a Linux bridge or
 //! an Ethernet switch (ScaleBricks §6.2's cluster: external ports plus one interconnect port per
@@ -60,9 +60,9 @@ use crate::link::{Link, LinkError};
 use crate::port::{Burst, ExternalPort};
 use crate::wire::{node_mac, ALL_NODES, ETHERTYPE_INTERCONNECT, ETH_HDR, FLOOD_MAC};
 use crate::{Counters, Node};
-use fp_io::afpacket::{AfPacketConfig, AfPacketError, AfPacketPort};
+use fp_engine::afpacket::{AfPacketConfig, AfPacketError, AfPacketPort};
+use fp_engine::port::Port;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
-use fp_pipeline::port::Port;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,7 +76,7 @@ pub type LiveNode = Node<AfPacketLink, AfPacketPorts>;
 /// node's end-of-round flush.
 const TX_QUEUE: usize = 2 * MAX_BURST;
 
-/// AF_PACKET settings for cluster sockets: fp-io's defaults with promiscuous mode on (a switch
+/// AF_PACKET settings for cluster sockets: fp-engine's defaults with promiscuous mode on (a switch
 /// port accepts frames for every MAC; on veths it changes nothing) and a 2 MiB ring per socket
 /// (64 KiB blocks × 32) instead of 16 MiB.
 pub fn afpacket_config() -> AfPacketConfig {

@@ -330,7 +330,7 @@ struct Captured {
 
 /// The frames of a capture; an error if any is not a valid interconnect frame.
 fn interconnect_frames(path: &std::path::Path) -> Result<Vec<Captured>> {
-    let mut r = fp_io::pcap::PcapReader::open(path)?;
+    let mut r = fp_engine::pcap::PcapReader::open(path)?;
     let mut v = vec![];
     while let Some((_, f)) = r.next_frame() {
         let Ok(ic) = Interconnect::new_checked(f) else {
@@ -366,7 +366,7 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     for (i, t) in tables.into_iter().enumerate() {
         let afp = live::afpacket_config();
         let (link, ports) = topo.nodes[i].enter(|| {
-            Ok::<_, fp_io::afpacket::AfPacketError>((
+            Ok::<_, fp_engine::afpacket::AfPacketError>((
                 AfPacketLink::open("ic0", i as u8, 2, &afp)?,
                 AfPacketPorts::open(&["p0", "p1"], &afp)?,
             ))

@@ -36,7 +36,6 @@
 //!
 //! `HEAD` is accepted wherever `GET` is. Query strings are ignored.
 
-use crate::sys;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -181,7 +180,7 @@ impl Drop for AdminServer {
 fn accept_loop(listener: TcpListener, tx: SyncSender<TcpStream>, stop: &AtomicBool) {
     let fd = listener.as_raw_fd();
     while !stop.load(Ordering::Acquire) {
-        match sys::wait_readable(fd, SLICE.as_millis() as i32) {
+        match fp_engine::sys::poll_readable(&[fd], SLICE) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(_) => {

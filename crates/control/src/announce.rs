@@ -17,8 +17,8 @@
 //!   with `spec.hold_time_s` (keepalives every third of it). It imports nothing and exports only
 //!   the routes of the static protocol, with the next hop rewritten to `spec.next_hop` and ORIGIN
 //!   set to IGP (so announcements of several balancers, or of other speakers announcing the same
-//!   way, have equal attributes and the router merges them into one ECMP route: PLATFORM.md
-//!   pitfall 7). Graceful restart is off: a balancer whose speaker dies must not have its routes
+//!   way, have equal attributes and the router merges them into one ECMP route; a speaker that
+//!   announces ORIGIN incomplete, as some do by default, is not merged with them). Graceful restart is off: a balancer whose speaker dies must not have its routes
 //!   kept by the router while it "restarts".
 //! * `vips.conf` (included by `bird.conf`): a static protocol [`STATIC_PROTOCOL`] with one
 //!   `blackhole` route per announced VIP, a /32 or /128. The route lives only in this BIRD's own
@@ -63,20 +63,11 @@
 //! # Example
 //!
 //! ```
-//! use fp_control::announce::{main_config, static_config};
-//! use fp_pipeline::config::LbConfig;
+//! use fp_control::announce::{main_config, static_config, BgpSpec};
 //! use std::path::Path;
 //!
-//! let cfg = LbConfig::from_toml(r#"
-//!     [balancer]
-//!     address = "10.0.2.11"
-//!     [bgp]
-//!     local_as = 65001
-//!     peer = "10.0.2.1"
-//!     peer_as = 65000
-//!     hold_time_s = 3
-//! "#).unwrap();
-//! let spec = cfg.bgp.unwrap();
+//! let mut spec = BgpSpec::new(65001, "10.0.2.1".parse().unwrap(), 65000, "10.0.2.11".parse().unwrap());
+//! spec.hold_time_s = 3;
 //! let conf = main_config(&spec, Path::new("/run/flowplane/vips.conf"));
 //! assert!(conf.contains("neighbor 10.0.2.1 as 65000;"));
 //! assert!(conf.contains("hold time 3;"));
@@ -87,11 +78,10 @@
 //! // a.set(&["10.100.0.1".parse()?])?;
 //! ```
 
-use fp_pipeline::config::BgpSpec;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -100,6 +90,52 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// How VIPs are announced (an application's `[bgp]` section, Maglev §2.1, §3.3): a BGP speaker on
+/// the same host is told which VIPs this machine serves; the router spreads traffic over all
+/// machines that announce a VIP (ECMP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpSpec {
+    /// The speaker: `"bird"` (BIRD 2, started with a generated configuration and driven over its
+    /// control socket).
+    pub speaker: String,
+    /// This machine's AS number.
+    pub local_as: u32,
+    /// The router's address.
+    pub peer: IpAddr,
+    /// The router's AS number.
+    pub peer_as: u32,
+    /// BGP router id.
+    pub router_id: Ipv4Addr,
+    /// Next hop announced for the VIPs.
+    pub next_hop: IpAddr,
+    /// BGP hold time in seconds (3..=65535; keepalives every third of it).
+    pub hold_time_s: u16,
+    /// On shutdown: time between withdrawing the VIPs and stopping the data path, so the router
+    /// moves traffic away first.
+    pub drain_ms: u64,
+    /// Where the speaker's configuration and control socket live (default: a directory under
+    /// the system temp dir named after the process).
+    pub state_dir: Option<String>,
+}
+
+impl BgpSpec {
+    /// A session of AS `local_as` to router `peer` (AS `peer_as`), announcing `address` (this
+    /// machine's) as router id and next hop, with BIRD, a 9 s hold time and a 2 s drain.
+    pub fn new(local_as: u32, peer: IpAddr, peer_as: u32, address: Ipv4Addr) -> BgpSpec {
+        BgpSpec {
+            speaker: "bird".into(),
+            local_as,
+            peer,
+            peer_as,
+            router_id: address,
+            next_hop: IpAddr::V4(address),
+            hold_time_s: 9,
+            drain_ms: 2000,
+            state_dir: None,
+        }
+    }
+}
 
 /// Name of the BGP protocol in the generated configuration (`birdc show protocols all uplink`).
 pub const BGP_PROTOCOL: &str = "uplink";
@@ -922,22 +958,23 @@ impl Drop for Announcer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp_pipeline::config::LbConfig;
     use std::os::unix::net::UnixListener;
 
-    fn spec(extra: &str) -> BgpSpec {
-        LbConfig::from_toml(&format!(
-            "[balancer]\naddress = \"10.0.2.11\"\n[bgp]\nlocal_as = 65001\npeer = \"10.0.2.1\"\n\
-             peer_as = 65000\n{extra}\n"
-        ))
-        .unwrap()
-        .bgp
-        .unwrap()
+    fn spec() -> BgpSpec {
+        BgpSpec::new(
+            65001,
+            "10.0.2.1".parse().unwrap(),
+            65000,
+            "10.0.2.11".parse().unwrap(),
+        )
     }
 
     #[test]
     fn main_config_has_the_session_and_the_policy() {
-        let s = spec("hold_time_s = 9");
+        let s = BgpSpec {
+            hold_time_s: 9,
+            ..spec()
+        };
         let c = main_config(&s, Path::new("/tmp/x/vips.conf"));
         for want in [
             "router id 10.0.2.11;\n",
@@ -963,7 +1000,11 @@ mod tests {
     #[test]
     fn keepalive_is_a_third_of_the_hold_time_and_at_least_one_second() {
         for (hold, ka) in [(3, 1), (4, 1), (9, 3), (10, 3), (90, 30)] {
-            let c = main_config(&spec(&format!("hold_time_s = {hold}")), Path::new("/v"));
+            let s = BgpSpec {
+                hold_time_s: hold,
+                ..spec()
+            };
+            let c = main_config(&s, Path::new("/v"));
             assert!(c.contains(&format!("  hold time {hold};\n")), "{c}");
             assert!(c.contains(&format!("  keepalive time {ka};\n")), "{c}");
         }
@@ -971,7 +1012,11 @@ mod tests {
 
     #[test]
     fn explicit_router_id_and_ipv6_next_hop() {
-        let s = spec("router_id = \"192.0.2.9\"\nnext_hop = \"2001:db8::11\"");
+        let s = BgpSpec {
+            router_id: "192.0.2.9".parse().unwrap(),
+            next_hop: "2001:db8::11".parse().unwrap(),
+            ..spec()
+        };
         let c = main_config(&s, Path::new("/v"));
         assert!(c.contains("router id 192.0.2.9;\n"), "{c}");
         assert!(c.contains("  ipv6 {\n"), "{c}");
@@ -1158,7 +1203,7 @@ mod tests {
 
     #[test]
     fn unsupported_speaker_is_rejected_before_anything_starts() {
-        let mut s = spec("");
+        let mut s = spec();
         s.speaker = "gobgp".into();
         let e = Announcer::start(&s).unwrap_err();
         assert!(matches!(e, AnnounceError::UnsupportedSpeaker(_)), "{e}");

@@ -1,4 +1,4 @@
-//! The crate's only `unsafe` code: thin wrappers over `sigaction(2)`, `raise(3)` and `poll(2)`.
+//! The crate's only `unsafe` code: thin wrappers over `sigaction(2)` and `raise(3)`.
 //!
 //! Each wrapper is safe to call: it checks its arguments, passes only valid pointers, and turns the
 //! C return convention into an [`std::io::Result`].
@@ -6,7 +6,6 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::RawFd;
 
 /// A signal handler as the kernel calls it.
 pub type Handler = extern "C" fn(libc::c_int);
@@ -45,26 +44,4 @@ pub fn raise(signal: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// Wait until `fd` is readable (or has an error / hang-up condition) or `timeout_ms` passes.
-/// Returns whether it became ready. `EINTR` counts as "not ready" (the caller loops anyway).
-pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `p` is one valid, writable `pollfd` that lives across the call, and nfds is 1.
-    // `poll` does not retain the pointer. A closed or invalid `fd` is reported in `revents`
-    // (POLLNVAL), not undefined behaviour.
-    let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(rc > 0 && p.revents != 0)
 }

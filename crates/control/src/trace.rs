@@ -1,7 +1,8 @@
-//! The packet tracer (Maglev §4.4): a marked probe packet is forwarded as usual, and the worker that
-//! handled it leaves a record of its path — worker, VIP, connection-table outcome, Maglev slot,
-//! backend, encapsulation, configuration generation — in a shared [`TraceLog`] that the admin
-//! endpoint serves as JSON lines and that also writes each record to the log.
+//! The packet tracer (Maglev §4.4), for any application: a marked probe packet is forwarded as
+//! usual, and the worker that handled it leaves a record of what it did in a shared [`TraceLog`]
+//! that the admin endpoint serves as JSON lines and that also writes each record to the log. The
+//! record is the application's own type ([`Record`]): the load balancer's says which VIP,
+//! connection-table outcome, Maglev slot and backend; the switch's which ports the frame left on.
 //!
 //! # The probe marker
 //!
@@ -19,17 +20,15 @@
 //!
 //! # Cost for ordinary packets
 //!
-//! The worker calls [`Tracer::wants`] for every packet it matched to a VIP while a tracer is
-//! installed. [`probe_id`] reads a handful of header bytes, then compares 16 payload bytes as two
-//! `u64`s: no allocation, no clock, no lock. Pure ACKs fail the length test before the payload is
-//! touched. Only a packet carrying the marker reads the monotonic clock (for the rate limit).
+//! [`probe_id`] reads a handful of header bytes, then compares 16 payload bytes as two `u64`s: no
+//! allocation, no clock, no lock. Pure ACKs fail the length test before the payload is touched.
+//! Only a packet carrying the marker reads the monotonic clock (for the rate limit).
 //!
 //! # Rate limit
 //!
-//! Probes are expensive to record (Maglev rate-limits them too), so each worker's
-//! [`PacketTracer`] has a token bucket ([`TracerConfig`], default 10 records/s with a burst of 10).
-//! A probe over the limit is forwarded as usual and not recorded; it is counted in
-//! [`TraceCounts::suppressed`].
+//! Probes are expensive to record (Maglev rate-limits them too), so each worker has a [`Limiter`]
+//! (a token bucket, [`TracerConfig`], default 10 records/s with a burst of 10). A probe over the
+//! limit is forwarded as usual and not recorded; it is counted in [`TraceCounts::suppressed`].
 //!
 //! # Difference from the paper
 //!
@@ -37,11 +36,30 @@
 //! information. Here records go to the admin endpoint (`GET /trace`) and the log instead: no
 //! packets are generated toward addresses taken from untrusted payloads, and the worker makes no
 //! extra system call beyond the log line. Each record names the node (host name), so records
-//! collected from several balancers still say which one handled the probe.
+//! collected from several machines still say which one handled the probe.
+//!
+//! ```
+//! use fp_control::trace::{probe_id, probe_payload, TraceLog, Record, TracerConfig};
+//!
+//! #[derive(Clone, Debug)]
+//! struct Seen { port: u16 }
+//! impl Record for Seen {
+//!     fn write_json(&self, out: &mut String) {
+//!         out.push_str(&format!("\"port\":{}", self.port));
+//!     }
+//! }
+//! let log = TraceLog::with_sink(16, "node1".into(), None);
+//! let mut limiter = log.limiter(TracerConfig::default());
+//! if limiter.take() {
+//!     log.push(42, Seen { port: 3 });
+//! }
+//! assert!(log.json_lines().starts_with("{\"seq\":1,"));
+//! assert!(log.json_lines().ends_with("\"node\":\"node1\",\"probe_id\":42,\"port\":3}\n"));
+//! assert_eq!(probe_id(&[0u8; 60]), None);
+//! assert_eq!(probe_payload(42).len(), 24);
+//! ```
 
 use crate::json;
-use fp_pipeline::lb::{TraceRecord, Tracer};
-use fp_wire::FlowKey;
 use std::collections::VecDeque;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -207,9 +225,16 @@ impl Default for TracerConfig {
     }
 }
 
+/// What an application records about a probe: written as the members of a JSON object (without
+/// braces), after the log's own `seq`, `unix_ms`, `node` and `probe_id`.
+pub trait Record: Clone + Send + Sync + 'static {
+    /// Append `"key":value` members, comma-separated, to `out`.
+    fn write_json(&self, out: &mut String);
+}
+
 /// One recorded probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceEntry {
+pub struct TraceEntry<R> {
     /// Sequence number in this log (from 1).
     pub seq: u64,
     /// Wall-clock time, ms since the Unix epoch.
@@ -217,7 +242,7 @@ pub struct TraceEntry {
     /// The probe's id.
     pub probe_id: u64,
     /// What the worker did.
-    pub record: TraceRecord,
+    pub record: R,
 }
 
 /// Counts of traced and rate-limited probes.
@@ -232,9 +257,9 @@ pub struct TraceCounts {
 /// A sink for log lines (the JSON of each record).
 pub type LogSink = Box<dyn Fn(&str) + Send + Sync>;
 
-/// The recent trace records, shared by the workers' tracers and the admin endpoint.
-pub struct TraceLog {
-    entries: Mutex<VecDeque<TraceEntry>>,
+/// The recent trace records, shared by the workers and the admin endpoint.
+pub struct TraceLog<R> {
+    entries: Mutex<VecDeque<TraceEntry<R>>>,
     capacity: usize,
     node: String,
     seq: AtomicU64,
@@ -243,12 +268,12 @@ pub struct TraceLog {
     sink: Option<LogSink>,
 }
 
-impl std::fmt::Debug for TraceLog {
+impl<R> std::fmt::Debug for TraceLog<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TraceLog")
             .field("capacity", &self.capacity)
             .field("node", &self.node)
-            .field("counts", &self.counts())
+            .field("recorded", &self.recorded.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -262,10 +287,10 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-impl TraceLog {
+impl<R: Record> TraceLog<R> {
     /// A log keeping the last `capacity` records (see [`DEFAULT_CAPACITY`]), writing each to
     /// standard error as `flowplane trace: {json}`, naming this host.
-    pub fn new(capacity: usize) -> Arc<TraceLog> {
+    pub fn new(capacity: usize) -> Arc<TraceLog<R>> {
         TraceLog::with_sink(
             capacity,
             hostname(),
@@ -274,7 +299,7 @@ impl TraceLog {
     }
 
     /// A log with a given node name and log sink (`None`: keep records only).
-    pub fn with_sink(capacity: usize, node: String, sink: Option<LogSink>) -> Arc<TraceLog> {
+    pub fn with_sink(capacity: usize, node: String, sink: Option<LogSink>) -> Arc<TraceLog<R>> {
         Arc::new(TraceLog {
             entries: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
             capacity: capacity.max(1),
@@ -286,18 +311,17 @@ impl TraceLog {
         })
     }
 
-    /// A tracer for one worker, recording into this log.
-    pub fn tracer(self: &Arc<TraceLog>, cfg: TracerConfig) -> PacketTracer {
-        PacketTracer {
-            log: self.clone(),
+    /// A rate limiter for one worker, counting what it refuses in this log.
+    pub fn limiter(self: &Arc<TraceLog<R>>, cfg: TracerConfig) -> Limiter {
+        Limiter {
+            suppressed: self.clone() as Arc<dyn Suppressed>,
             bucket: TokenBucket::new(cfg.rate_per_sec, cfg.burst),
             epoch: Instant::now(),
-            pending: None,
         }
     }
 
-    /// Add a record of probe `probe_id` (the tracers call this).
-    pub fn push(&self, probe_id: u64, record: TraceRecord) {
+    /// Add a record of probe `probe_id` (the workers call this, after their [`Limiter`] agreed).
+    pub fn push(&self, probe_id: u64, record: R) {
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -320,7 +344,7 @@ impl TraceLog {
     }
 
     /// The records held, oldest first.
-    pub fn entries(&self) -> Vec<TraceEntry> {
+    pub fn entries(&self) -> Vec<TraceEntry<R>> {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -352,122 +376,45 @@ impl TraceLog {
         &self.node
     }
 
-    /// One record as a JSON object:
-    /// `{"seq":1,"unix_ms":…,"node":"lb1","probe_id":42,"worker":0,"generation":3,"vip":"web",
-    /// "protocol":"tcp","src":"198.51.100.7:40000","dst":"203.0.113.10:80","conn":"miss",
-    /// "maglev_slot":1234,"backend":"10.0.1.2","encap":"gre"}` (`maglev_slot` and `backend` are
-    /// `null` when there was no selection / no backend).
-    pub fn json(&self, e: &TraceEntry) -> String {
-        let r = &e.record;
+    /// One record as a JSON object: `{"seq":1,"unix_ms":…,"node":"lb1","probe_id":42,` then the
+    /// application's members.
+    pub fn json(&self, e: &TraceEntry<R>) -> String {
         let mut s = String::with_capacity(256);
         let _ = write!(s, "{{\"seq\":{},\"unix_ms\":{},\"node\":", e.seq, e.unix_ms);
         json::push_str(&mut s, &self.node);
-        let _ = write!(
-            s,
-            ",\"probe_id\":{},\"worker\":{},\"generation\":{},\"vip\":",
-            e.probe_id, r.worker, r.generation
-        );
-        json::push_str(&mut s, &r.vip);
-        let (proto, src, dst) = endpoints(&r.flow);
-        let _ = write!(
-            s,
-            ",\"protocol\":\"{proto}\",\"src\":\"{src}\",\"dst\":\"{dst}\",\"conn\":"
-        );
-        json::push_str(&mut s, r.conn);
-        s.push_str(",\"maglev_slot\":");
-        match r.maglev_slot {
-            Some(m) => {
-                let _ = write!(s, "{m}");
-            }
-            None => s.push_str("null"),
-        }
-        s.push_str(",\"backend\":");
-        match r.backend {
-            Some(b) => {
-                let _ = write!(s, "\"{b}\"");
-            }
-            None => s.push_str("null"),
-        }
-        s.push_str(",\"encap\":");
-        json::push_str(&mut s, &r.encap);
+        let _ = write!(s, ",\"probe_id\":{},", e.probe_id);
+        e.record.write_json(&mut s);
         s.push('}');
         s
     }
 }
 
-/// (protocol name, source, destination) of a flow, as text.
-fn endpoints(f: &FlowKey) -> (String, std::net::SocketAddr, std::net::SocketAddr) {
-    let (p, src, dst) = match f {
-        FlowKey::V4(k) => (
-            k.protocol,
-            (std::net::IpAddr::V4(k.src), k.src_port),
-            (std::net::IpAddr::V4(k.dst), k.dst_port),
-        ),
-        FlowKey::V6(k) => (
-            k.protocol,
-            (std::net::IpAddr::V6(k.src), k.src_port),
-            (std::net::IpAddr::V6(k.dst), k.dst_port),
-        ),
-    };
-    let name = match p.0 {
-        6 => "tcp".to_string(),
-        17 => "udp".to_string(),
-        n => n.to_string(),
-    };
-    (name, src.into(), dst.into())
+/// Where a [`Limiter`] counts the probes it refuses.
+trait Suppressed: Send + Sync {
+    fn suppressed(&self);
 }
 
-/// A worker's tracer: recognises probes, rate-limits them, records into the shared [`TraceLog`].
-///
-/// `wants` returning `true` is followed by `record` for the same packet (the pipeline's
-/// contract); the probe id found by `wants` is kept in between.
-pub struct PacketTracer {
-    log: Arc<TraceLog>,
+impl<R: Send + Sync> Suppressed for TraceLog<R> {
+    fn suppressed(&self) {
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A worker's rate limit on probe records (see the module docs), on its own monotonic clock.
+pub struct Limiter {
+    suppressed: Arc<dyn Suppressed>,
     bucket: TokenBucket,
     epoch: Instant,
-    pending: Option<u64>,
 }
 
-impl PacketTracer {
-    /// Whether this tracer records into `log`.
-    pub fn log(&self) -> &Arc<TraceLog> {
-        &self.log
-    }
-}
-
-impl Tracer for PacketTracer {
-    #[inline]
-    fn wants(&mut self, frame: &[u8], flow: &FlowKey) -> bool {
-        let proto = match flow {
-            FlowKey::V4(k) => k.protocol,
-            FlowKey::V6(k) => k.protocol,
-        };
-        if !proto.has_ports() {
-            return false;
-        }
-        let Some(id) = probe_id(frame) else {
-            return false;
-        };
-        self.probe(id)
-    }
-
-    fn record(&mut self, r: TraceRecord) {
-        // `wants` said yes just before; a record without one (another caller) still goes in.
-        let id = self.pending.take().unwrap_or(0);
-        self.log.push(id, r);
-    }
-}
-
-impl PacketTracer {
-    #[cold]
-    #[inline(never)]
-    fn probe(&mut self, id: u64) -> bool {
+impl Limiter {
+    /// Whether a probe seen now may be recorded; a refusal is counted as suppressed.
+    pub fn take(&mut self) -> bool {
         let now = self.epoch.elapsed().as_nanos() as u64;
         if self.bucket.take(now) {
-            self.pending = Some(id);
             true
         } else {
-            self.log.suppressed.fetch_add(1, Ordering::Relaxed);
+            self.suppressed.suppressed();
             false
         }
     }

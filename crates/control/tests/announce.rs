@@ -39,8 +39,8 @@
 //! serialise themselves; they need root, iproute2 and bird2, and fail saying so otherwise.
 
 use anyhow::{bail, ensure, Context, Result};
+use fp_control::announce::BgpSpec;
 use fp_control::announce::{AnnounceError, Announcer};
-use fp_pipeline::config::{BgpSpec, LbConfig};
 use fp_testnet::{Netns, Proc, TestNet};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -150,17 +150,11 @@ fn lab(tag: &str, n: usize) -> Result<Lab> {
 }
 
 impl Lab {
-    /// The BGP configuration of announcer `i` (from TOML, as a balancer's config has it).
+    /// The BGP configuration of announcer `i`.
     fn spec(&self, i: usize) -> Result<BgpSpec> {
         // A directory that does not exist yet: the announcer creates it and removes it on stop.
         let dir = self.net.dir(&format!("bgp-a{i}"))?.join("state");
-        let cfg = LbConfig::from_toml(&format!(
-            "[balancer]\naddress = \"{}\"\n[bgp]\nspeaker = \"bird\"\nlocal_as = 65001\n\
-             peer = \"{ROUTER}\"\npeer_as = 65000\nhold_time_s = {HOLD_S}\nstate_dir = \"{}\"\n",
-            announcer_addr(i),
-            dir.display()
-        ))?;
-        cfg.bgp.context("no [bgp] in the parsed configuration")
+        Ok(owner_spec(&announcer_addr(i), &dir.display().to_string()))
     }
 
     /// Start announcer `i` inside its namespace (BIRD inherits the namespace of the thread that
@@ -357,16 +351,26 @@ fn silent_failure_is_withdrawn_after_the_hold_time() -> Result<()> {
     Ok(())
 }
 
+/// The BGP settings of an announcer at `addr` with its state in `dir`.
+fn owner_spec(addr: &str, dir: &str) -> BgpSpec {
+    BgpSpec {
+        hold_time_s: HOLD_S as u16,
+        state_dir: Some(dir.to_string()),
+        ..BgpSpec::new(65001, ip(ROUTER), 65000, addr.parse().unwrap())
+    }
+}
+
 /// Not a test on its own: the process `bird_dies_with_its_owner_process` runs (this binary again,
 /// inside a namespace) to own an `Announcer` and be killed. Without the environment variable it
 /// returns at once.
 #[test]
 #[ignore = "helper process of bird_dies_with_its_owner_process"]
 fn announcer_owner_process() {
-    let Ok(toml) = std::env::var("FP_ANNOUNCE_OWNER_CONFIG") else {
+    let Ok(arg) = std::env::var("FP_ANNOUNCE_OWNER_CONFIG") else {
         return;
     };
-    let spec = LbConfig::from_toml(&toml).unwrap().bgp.unwrap();
+    let (addr, dir) = arg.split_once(' ').unwrap();
+    let spec = owner_spec(addr, dir);
     let mut a = Announcer::start(&spec).unwrap();
     a.set(&[ip(VIP1)]).unwrap();
     println!("owner: announcing, BIRD pid {}", a.pid());
@@ -380,12 +384,7 @@ fn bird_dies_with_its_owner_process() -> Result<()> {
     let _g = serial();
     let lab = lab("announce-owner", 1)?;
     let dir = lab.net.dir("bgp-owner")?;
-    let toml = format!(
-        "[balancer]\naddress = \"{}\"\n[bgp]\nlocal_as = 65001\npeer = \"{ROUTER}\"\n\
-         peer_as = 65000\nhold_time_s = {HOLD_S}\nstate_dir = \"{}\"\n",
-        announcer_addr(1),
-        dir.display()
-    );
+    let toml = format!("{} {}", announcer_addr(1), dir.display());
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy().into_owned();
     let owner = lab.announcers[0]

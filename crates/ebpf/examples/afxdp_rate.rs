@@ -19,10 +19,10 @@
 
 use fp_ebpf::decap::{DecapConfig, TcDecap};
 use fp_ebpf::xsk::XskRedirect;
-use fp_io::afxdp::{AfXdpConfig, AfXdpPort, ModeChoice};
+use fp_engine::afxdp::{AfXdpConfig, AfXdpPort, ModeChoice};
+use fp_engine::port::Port;
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Pool};
-use fp_pipeline::port::Port;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

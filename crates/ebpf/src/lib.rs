@@ -5,7 +5,7 @@
 //! system (Maglev §3.1 packet flow, §3.2 backends behind a GRE tunnel):
 //!
 //! * [`xsk`]: the XDP program that sends frames addressed to a VIP to the AF_XDP socket of their
-//!   receive queue and everything else to the kernel, used by `fp_io::afxdp`;
+//!   receive queue and everything else to the kernel, used by `fp_engine::afxdp`;
 //! * [`decap`]: the tc ingress program that strips GRE / IP-in-IP on a backend (this kernel has no
 //!   GRE or IPIP devices), installed by `flowplane backend`.
 //!

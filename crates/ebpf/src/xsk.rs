@@ -248,6 +248,18 @@ pub enum ModeChoice {
     Generic,
 }
 
+impl std::str::FromStr for ModeChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<ModeChoice, String> {
+        match s {
+            "auto" => Ok(ModeChoice::Auto),
+            "native" | "drv" => Ok(ModeChoice::Native),
+            "generic" | "skb" => Ok(ModeChoice::Generic),
+            _ => Err(format!("{s:?}: use auto, native or generic")),
+        }
+    }
+}
+
 /// The redirect program with its maps, optionally attached to an interface.
 pub struct XskRedirect {
     prog: Program,

@@ -1,16 +1,13 @@
-//! The `flowplane` command: thin front end over the engine crates.
+//! The `flowplane` command: argument parsing and wiring over the application crates.
 //!
-//! Layer: **cli**. It parses arguments, builds what the command needs, and prints results.
+//! Layer: **cli** (docs/architecture.md). Each subcommand hands its parsed arguments to its
+//! application: `run`, `demo` and `backend` to the load balancer (`fp-lb`), `switch` to the
+//! CuckooSwitch switch (`fp-switch`), `flowlet` to the Flowlet balancer (`fp-flowlet`). The
+//! benchmarks are a separate binary, `flowplane-bench`, so this one links none of their peers.
 #![deny(unsafe_code)]
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-
-mod backend;
-mod flowlet;
-mod lb;
-mod live;
-mod switch;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,23 +33,23 @@ enum Command {
     /// Prepare (or with --remove, restore) this Linux host as a direct-server-return backend: VIP on
     /// loopback, ARP and rp_filter settings, and decapsulation (kernel VXLAN or a tc eBPF program
     /// for GRE/IPIP).
-    Backend(backend::BackendArgs),
+    Backend(fp_lb::backend::BackendArgs),
     /// Run the load balancer: live on an interface (`--config FILE --interface IF [--driver
     /// af_packet|af_xdp] [--admin ADDR]`) or offline on a capture (`--config FILE --in IN.pcap
     /// --out OUT.pcap`).
-    Run(lb::RunArgs),
+    Run(fp_lb::cli::RunArgs),
     /// The main job with an embedded default: the load balancer on generated traffic, with a report
     /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.
-    Demo(lb::DemoArgs),
+    Demo(fp_lb::cli::DemoArgs),
     /// Run the CuckooSwitch Ethernet switch on live interfaces (`--ports IF1,IF2,... [--driver
     /// af_packet|af_xdp] [--workers N] [--aging-secs S] [--static MAC=PORT] [--fib FILE] [--admin
     /// ADDR]`): MAC learning, aging, flooding, static entries, metrics and tracer.
-    Switch(switch::SwitchArgs),
+    Switch(fp_switch::app::SwitchArgs),
     /// Run the Flowlet load balancer (Switcharoo flow-state table) offline: on a capture (`--in
     /// IN.pcap --out OUT.pcap`) or on generated traffic (`--generate 1-pkt|2-pkt|8-pkt|zipf-flows|MIX
     /// --packets N`), with `--outputs N`, `--gap-us 50`, `--workers N`; each forwarded frame's
     /// destination MAC names its output; prints packets/s and per-outcome counters.
-    Flowlet(flowlet::FlowletArgs),
+    Flowlet(fp_flowlet::app::FlowletArgs),
 }
 
 /// `flowplane bench ...` runs `flowplane-bench ...` from the same directory (the benchmarks and their
@@ -73,13 +70,12 @@ fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+    match Cli::parse().command {
         Command::Bench { args } => bench(args),
-        Command::Backend(a) => backend::run(a),
-        Command::Run(a) => lb::run(a),
-        Command::Demo(a) => lb::demo(a),
-        Command::Switch(a) => switch::run(a),
-        Command::Flowlet(a) => flowlet::run(a),
+        Command::Backend(a) => fp_lb::backend::run(a),
+        Command::Run(a) => fp_lb::cli::run(a),
+        Command::Demo(a) => fp_lb::cli::demo(a),
+        Command::Switch(a) => fp_switch::app::run(a),
+        Command::Flowlet(a) => fp_flowlet::app::run(a),
     }
 }

@@ -11,7 +11,7 @@
 //!   flowlets of the input, same-flowlet packets = the rest, nothing left in flight;
 //! * with a gap longer than every pause, each flow is one flowlet on one output.
 
-use fp_io::pcap::{PcapReader, PcapWriter};
+use fp_engine::pcap::{PcapReader, PcapWriter};
 use fp_pipeline::craft::{self, Endpoints};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -124,7 +124,7 @@ fn write_pcap(path: &Path, frames: &[Frame]) {
     for f in frames {
         w.write_frame(f.ts, &f.bytes).unwrap();
     }
-    fp_pipeline::port::Port::flush(&mut w).unwrap();
+    fp_engine::port::Port::flush(&mut w).unwrap();
 }
 
 fn read_pcap(path: &Path) -> Vec<Vec<u8>> {

@@ -7,7 +7,7 @@
 //! Regenerate the fixtures after an intended change with `UPDATE_GOLDEN=1 cargo test -p flowplane
 //! --test golden` and review the diff.
 
-use fp_io::pcap::{PcapReader, PcapWriter};
+use fp_engine::pcap::{PcapReader, PcapWriter};
 use fp_pipeline::craft::{self, Endpoints};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,7 +57,7 @@ fn write_input(path: &Path) {
         w.write_frame(1_700_000_000_000_000_000 + i as u64 * 1000, f)
             .unwrap();
     }
-    fp_pipeline::port::Port::flush(&mut w).unwrap();
+    fp_engine::port::Port::flush(&mut w).unwrap();
 }
 
 fn read_all(path: &Path) -> Vec<(u64, Vec<u8>)> {

@@ -26,9 +26,9 @@
 //! 9. aging: after 2 s of silence every learned entry is removed (only the static one is left).
 
 use anyhow::{bail, Context, Result};
-use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
-use fp_pipeline::port::Port;
 use fp_testnet::{Link, Netns, Proc, TestNet};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

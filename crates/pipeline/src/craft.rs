@@ -1,6 +1,6 @@
 //! Building well-formed frames: TCP and UDP over IPv4 and IPv6, and fragmented UDP datagrams.
 //!
-//! Used by the traffic generator (`fp-io`), by tests and by examples. Every frame carries valid
+//! Used by the traffic generator (`fp-engine`), by tests and by examples. Every frame carries valid
 //! checksums. Addresses are given as text for readability at call sites; [`Endpoints`] takes parsed
 //! addresses for generators that make millions of frames.
 
@@ -160,6 +160,35 @@ pub fn udp(e: &Endpoints, payload: usize) -> Vec<u8> {
     let mut f = vec![0u8; 54 + 8 + payload];
     let n = udp_into(e, payload, &mut f);
     f.truncate(n);
+    f
+}
+
+/// A UDP datagram whose payload is `payload` (checksums correct).
+pub fn udp_with(e: &Endpoints, payload: &[u8]) -> Vec<u8> {
+    let mut f = udp(e, payload.len());
+    let n = f.len();
+    f[n - payload.len()..].copy_from_slice(payload);
+    let pair = e.pair();
+    let l4 = ip_overhead(&pair);
+    UdpRepr {
+        src_port: e.sport,
+        dst_port: e.dport,
+    }
+    .emit(&mut f[l4..], Some(&pair))
+    .expect("udp header fits");
+    f
+}
+
+/// A TCP ACK+PSH segment carrying `payload` (IPv4 or IPv6; IP lengths and the IPv4 header
+/// checksum are right, the TCP checksum is the one of the segment without payload: fine for
+/// anything that does not verify it).
+pub fn tcp_with(e: &Endpoints, payload: &[u8]) -> Vec<u8> {
+    let mut f = tcp(e, false);
+    f.extend_from_slice(payload);
+    let pair = e.pair();
+    let seg = f.len() - ip_overhead(&pair);
+    let l4 = ip_headers(&mut f, &pair, IpProtocol::TCP, seg, 0);
+    debug_assert_eq!(l4, ip_overhead(&pair));
     f
 }
 

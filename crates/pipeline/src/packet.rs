@@ -23,8 +23,11 @@ pub struct Packet {
     len: u16,
     /// Receive time in nanoseconds (port clock, pcap timestamp or generator time).
     pub ts_ns: u64,
-    /// Ingress port index.
+    /// Ingress port index (set by the driver: the index of the worker's port it came from).
     pub port: u16,
+    /// Metadata a stage attaches to a packet on its way to a port, not on the wire (the cluster's
+    /// interconnect hop count, for example). 0 on a fresh or recycled buffer.
+    pub tag: u16,
 }
 
 impl Packet {
@@ -35,6 +38,7 @@ impl Packet {
             len: 0,
             ts_ns: 0,
             port: 0,
+            tag: 0,
         }
     }
 
@@ -167,6 +171,7 @@ impl Pool {
     pub fn put(&mut self, mut p: Packet) {
         p.len = 0;
         p.start = HEADROOM as u16;
+        p.tag = 0;
         if self.free.len() < self.capacity {
             self.free.push(p);
         }

@@ -1,5 +1,5 @@
 //! AF_PACKET packet rates on a veth pair between two namespaces built with fp-testnet: transmit
-//! with `sendmmsg` (fp-io's port) against the kernel's UDP socket path, and receive through the
+//! with `sendmmsg` (fp-engine's port) against the kernel's UDP socket path, and receive through the
 //! `TPACKET_V3` ring (one socket, and two in a fan-out group) against a kernel UDP socket, with the
 //! CPU time per packet of the measured thread (from `/proc/thread-self/schedstat`).
 //!
@@ -11,9 +11,9 @@
 //! ```
 //! Needs root, like every live test.
 
-use fp_io::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool};
-use fp_pipeline::port::Port;
 use fp_testnet::{Netns, TestNet};
 use fp_wire::ethernet::{EtherType, EthernetRepr, MacAddr};
 use fp_wire::ip::{IpPair, IpProtocol};
@@ -75,14 +75,14 @@ impl Side {
     }
 }
 
-/// Send frames with fp-io's AF_PACKET port (sendmmsg, 32 per call) from `gen` until `stop`.
+/// Send frames with fp-engine's AF_PACKET port (sendmmsg, 32 per call) from `gen` until `stop`.
 fn afp_sender(
     gen: &Netns,
     frames: Vec<Vec<u8>>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Side> {
     gen.spawn_thread(move || {
-        fp_io::sys::pin_to_cpu(0);
+        fp_engine::sys::pin_to_cpu(0);
         let mut port = AfPacketPort::open("eth0", &AfPacketConfig::default()).unwrap();
         let mut pool = Pool::new(64);
         let (t0, c0) = (Instant::now(), thread_cpu_ns());
@@ -109,7 +109,7 @@ fn afp_sender(
 /// Send with a kernel UDP socket (the peer for transmit).
 fn udp_sender(gen: &Netns, stop: Arc<AtomicBool>, flows: u16) -> std::thread::JoinHandle<Side> {
     gen.spawn_thread(move || {
-        fp_io::sys::pin_to_cpu(0);
+        fp_engine::sys::pin_to_cpu(0);
         let socks: Vec<UdpSocket> = (0..flows)
             .map(|f| UdpSocket::bind((GEN_IP, 20000 + f)).unwrap())
             .collect();
@@ -146,7 +146,7 @@ fn afp_receivers(
         .map(|(i, mut port)| {
             let stop = stop.clone();
             dut.spawn_thread(move || {
-                fp_io::sys::pin_to_cpu(1 + i);
+                fp_engine::sys::pin_to_cpu(1 + i);
                 let mut pool = Pool::new(256);
                 let mut rx = burst();
                 let (t0, c0) = (Instant::now(), thread_cpu_ns());
@@ -211,7 +211,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tx_afp = timed(dur, |stop| {
         afp_sender(&gen, frames.clone(), stop).join().unwrap()
     });
-    row("tx: fp-io AF_PACKET sendmmsg (sender CPU)", &tx_afp, None);
+    row(
+        "tx: fp-engine AF_PACKET sendmmsg (sender CPU)",
+        &tx_afp,
+        None,
+    );
     let tx_udp = timed(dur, |stop| udp_sender(&gen, stop, flows).join().unwrap());
     row("tx peer: kernel UDP sendto (sender CPU)", &tx_udp, None);
     println!(
@@ -255,7 +259,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let s = sock.try_clone().unwrap();
         let st = stop.clone();
         let h = std::thread::spawn(move || {
-            fp_io::sys::pin_to_cpu(1);
+            fp_engine::sys::pin_to_cpu(1);
             let mut buf = [0u8; 2048];
             let (t0, c0) = (Instant::now(), thread_cpu_ns());
             let mut n = 0u64;

@@ -553,15 +553,72 @@ const fn tunnel_protocol(t: Tunnel, inner: IpVersion) -> IpProtocol {
     }
 }
 
-/// What kind of tunnel a packet arrived in.
+/// How packets are carried to a backend: the one name for an encapsulation, used by the
+/// balancer's configuration (which to add), by [`decapsulate`] (which a packet arrived in) and by
+/// the backend setup (which to strip).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TunnelKind {
-    /// GRE.
+pub enum EncapKind {
+    /// GRE (Maglev's choice, §2.1).
     Gre,
-    /// IPv4-in-IP (protocol 4) or IPv6-in-IP (protocol 41).
+    /// IP-in-IP: IPv4-in-IP (protocol 4) or IPv6-in-IP (protocol 41).
     Ipip,
-    /// VXLAN.
-    Vxlan,
+    /// VXLAN with the given VNI (backends terminate it with a kernel VXLAN device).
+    Vxlan {
+        /// VXLAN network identifier.
+        vni: u32,
+    },
+    /// L2 direct server return: no tunnel, only the destination MAC is rewritten to the
+    /// backend's.
+    L2Dsr,
+}
+
+impl core::fmt::Display for EncapKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EncapKind::Gre => f.write_str("gre"),
+            EncapKind::Ipip => f.write_str("ipip"),
+            EncapKind::Vxlan { vni } => write!(f, "vxlan(vni {vni})"),
+            EncapKind::L2Dsr => f.write_str("l2dsr"),
+        }
+    }
+}
+
+impl core::str::FromStr for EncapKind {
+    type Err = &'static str;
+
+    /// `gre`, `ipip`, `vxlan` (VNI 0), `vxlan:VNI`, or `l2dsr` (alias `none`: nothing to
+    /// decapsulate).
+    fn from_str(s: &str) -> core::result::Result<EncapKind, &'static str> {
+        const USE: &str = "use gre, ipip, vxlan, vxlan:VNI or l2dsr (none)";
+        Ok(match s {
+            "gre" => EncapKind::Gre,
+            "ipip" => EncapKind::Ipip,
+            "vxlan" => EncapKind::Vxlan { vni: 0 },
+            "l2dsr" | "none" => EncapKind::L2Dsr,
+            _ => match s.strip_prefix("vxlan:").map(str::parse::<u32>) {
+                Some(Ok(vni)) if vni < 1 << 24 => EncapKind::Vxlan { vni },
+                _ => return Err(USE),
+            },
+        })
+    }
+}
+
+impl EncapKind {
+    /// Whether this is VXLAN (with any VNI).
+    pub const fn is_vxlan(&self) -> bool {
+        matches!(self, EncapKind::Vxlan { .. })
+    }
+}
+
+impl Tunnel {
+    /// The encapsulation this tunnel builds.
+    pub const fn kind(&self) -> EncapKind {
+        match *self {
+            Tunnel::Gre { .. } => EncapKind::Gre,
+            Tunnel::Ipip => EncapKind::Ipip,
+            Tunnel::Vxlan { vni, .. } => EncapKind::Vxlan { vni },
+        }
+    }
 }
 
 /// What the tunnel carries.
@@ -578,8 +635,8 @@ pub enum InnerKind {
 /// Where the inner packet of a tunnel packet is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Decapsulated {
-    /// The tunnel type.
-    pub tunnel: TunnelKind,
+    /// The tunnel type (never [`EncapKind::L2Dsr`]); for VXLAN, with the packet's VNI.
+    pub tunnel: EncapKind,
     /// What it carries.
     pub inner: InnerKind,
     /// Offset of the inner packet in the frame.
@@ -588,8 +645,6 @@ pub struct Decapsulated {
     pub inner_len: usize,
     /// The GRE header (key, recursion...), for GRE.
     pub gre: Option<GreRepr>,
-    /// The VNI, for VXLAN.
-    pub vni: Option<u32>,
 }
 
 impl Decapsulated {
@@ -625,16 +680,15 @@ pub fn decapsulate(frame: &[u8], s: &PacketSummary, vxlan_port: u16) -> Result<D
             };
             let hl = g.header_len();
             Ok(Decapsulated {
-                tunnel: TunnelKind::Gre,
+                tunnel: EncapKind::Gre,
                 inner,
                 inner_offset: base + hl,
                 inner_len: l4.len() - hl,
                 gre: Some(repr),
-                vni: None,
             })
         }
         IpProtocol::IPIP | IpProtocol::IPV6 => Ok(Decapsulated {
-            tunnel: TunnelKind::Ipip,
+            tunnel: EncapKind::Ipip,
             inner: if s.protocol == IpProtocol::IPIP {
                 InnerKind::Ipv4
             } else {
@@ -643,19 +697,17 @@ pub fn decapsulate(frame: &[u8], s: &PacketSummary, vxlan_port: u16) -> Result<D
             inner_offset: base,
             inner_len: l4.len(),
             gre: None,
-            vni: None,
         }),
         IpProtocol::UDP if s.has_ports() && s.dst_port == vxlan_port => {
             let v = VxlanPacket::new_checked(&l4[udp::HEADER_LEN.min(l4.len())..])?;
             let repr = VxlanRepr::parse(&v)?;
             let off = udp::HEADER_LEN + vxlan::HEADER_LEN;
             Ok(Decapsulated {
-                tunnel: TunnelKind::Vxlan,
+                tunnel: EncapKind::Vxlan { vni: repr.vni },
                 inner: InnerKind::Ethernet,
                 inner_offset: base + off,
                 inner_len: l4.len() - off,
                 gre: None,
-                vni: Some(repr.vni),
             })
         }
         _ => Err(Error::NotTunnel),

@@ -7,7 +7,7 @@ use common::*;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use fp_wire::encap::{
-    self, decapsulate, Encap, InnerKind, OuterIp, OuterL2, Tunnel, TunnelKind, MAX_OVERHEAD,
+    self, decapsulate, Encap, EncapKind, InnerKind, OuterIp, OuterL2, Tunnel, MAX_OVERHEAD,
 };
 use fp_wire::ethernet::{rewrite_macs, MacAddr};
 use fp_wire::gre::GreRepr;
@@ -142,7 +142,7 @@ fn golden_gre_over_ipv4() {
     // Decapsulate: exactly the inner packet.
     let s = PacketSummary::parse(&buf[start..]).unwrap();
     let d = decapsulate(&buf[start..], &s, fp_wire::vxlan::UDP_PORT).unwrap();
-    assert_eq!((d.tunnel, d.inner), (TunnelKind::Gre, InnerKind::Ipv4));
+    assert_eq!((d.tunnel, d.inner), (EncapKind::Gre, InnerKind::Ipv4));
     assert_eq!(&buf[start..][d.inner_range()], &inner[..]);
     assert_eq!(
         d.gre,
@@ -221,8 +221,8 @@ fn golden_vxlan_over_ipv6_with_vlan() {
     assert_eq!(offload::verify_l4_checksum(&buf[start..], &s), Ok(true));
     let d = decapsulate(&buf[start..], &s, 4789).unwrap();
     assert_eq!(
-        (d.tunnel, d.inner, d.vni),
-        (TunnelKind::Vxlan, InnerKind::Ethernet, Some(0xBEEF))
+        (d.tunnel, d.inner),
+        (EncapKind::Vxlan { vni: 0xBEEF }, InnerKind::Ethernet)
     );
     let inner_frame = &buf[start..][d.inner_range()];
     let is = PacketSummary::parse(inner_frame).unwrap();
@@ -299,7 +299,7 @@ fn golden_ipip_and_ipv6_in_ipv4() {
     );
     let s = PacketSummary::parse(frame).unwrap();
     let d = decapsulate(frame, &s, 4789).unwrap();
-    assert_eq!((d.tunnel, d.inner), (TunnelKind::Ipip, InnerKind::Ipv6));
+    assert_eq!((d.tunnel, d.inner), (EncapKind::Ipip, InnerKind::Ipv6));
     assert_eq!(&frame[d.inner_range()], &six[..]);
 }
 

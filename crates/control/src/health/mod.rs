@@ -1,22 +1,14 @@
-//! Health checks of backends (Maglev §2.2): every pool's check verifies all of its backends,
-//! deduplicated by backend address, with rise/fall hysteresis.
+//! Health checks (Maglev §2.2): one check stream per address, with rise/fall hysteresis, state
+//! changes reported as events; for any application whose configuration names servers to check.
 //!
-//! # What is checked, and how
+//! # What is checked
 //!
-//! [`plan`] turns a validated [`LbConfig`] into one check per distinct backend address:
-//!
-//! * Only pools that serve some VIP (directly or nested in a pool that does) contribute checks; a
-//!   pool no VIP uses carries no traffic and its check is not run.
-//! * A pool's check applies to every backend reachable from the pool, nested pools included.
-//! * **Deduplication** (§2.2: "health checks are deduplicated by IP addresses"): an address gets
-//!   exactly one check stream, however many pools hold it. If pools holding the same address
-//!   configure *different* checks, the **first pool in configuration order that has a check** wins;
-//!   the others are listed in [`Plan::conflicts`] (log them) and not run. The rule is simple to
-//!   predict and never multiplies the load on a backend.
-//! * **Port:** `health.port` if given, else the port of the first VIP (configuration order) that
-//!   the pool serves with a fixed port. A pool with a check whose VIPs all use `port = 0` (any
-//!   port) and no `health.port` is a configuration error naming `pool "NAME".health.port`.
-//! * A backend that no pool checks is **always healthy** (reason `"no health check"`).
+//! A [`Plan`] says which addresses get which check ([`PlannedCheck`]: TCP connect or HTTP GET
+//! with status and body match, port, interval, timeout, rise and fall) and which addresses are
+//! served without one (always healthy). The application makes the plan from its configuration —
+//! the load balancer deduplicates its pools' checks by backend address, as Maglev §2.2 says
+//! ("health checks are deduplicated by IP addresses"): one check stream per address, however
+//! many pools hold it.
 //!
 //! # Hysteresis and initial state
 //!
@@ -49,7 +41,6 @@ mod probe;
 pub(crate) use probe::find as find_bytes;
 pub use probe::{check, MAX_BODY, MAX_HEAD};
 
-use fp_pipeline::config::{HealthCheck, HealthKind, LbConfig};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -57,6 +48,39 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+/// A health check (what to check, how often, how many results change the state).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What to check.
+    pub kind: HealthKind,
+    /// Port to connect to (default: chosen by the application, e.g. the VIP's port).
+    pub port: Option<u16>,
+    /// Interval between checks.
+    pub interval_ms: u64,
+    /// Timeout of one check.
+    pub timeout_ms: u64,
+    /// Consecutive successes to mark a backend up.
+    pub rise: u32,
+    /// Consecutive failures to mark a backend down.
+    pub fall: u32,
+}
+
+/// Kinds of health check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HealthKind {
+    /// A TCP connection can be established.
+    Tcp,
+    /// An HTTP GET returns the expected status (and body substring, if given).
+    Http {
+        /// Request path.
+        path: String,
+        /// Expected status code.
+        status: u16,
+        /// Substring the body must contain.
+        body: Option<String>,
+    },
+}
 
 /// A backend changed state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,7 +99,7 @@ pub struct HealthEvent {
 pub struct PlannedCheck {
     /// Backend address.
     pub address: IpAddr,
-    /// The pool whose check this is.
+    /// The group (the load balancer's pool) whose check this is.
     pub pool: String,
     /// Port checked.
     pub port: u16,
@@ -109,14 +133,15 @@ pub struct Plan {
     pub checks: Vec<PlannedCheck>,
     /// Backends of VIPs that no pool checks (always healthy).
     pub unchecked: Vec<IpAddr>,
-    /// Addresses whose pools configure different checks, with the one that was chosen.
+    /// Addresses for which the configuration asked different checks, and which one was chosen
+    /// (for the log).
     pub conflicts: Vec<String>,
 }
 
 /// Why health checking could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum HealthError {
-    /// The configuration does not say what to check.
+    /// The configuration does not say what to check (an application's plan reports this).
     #[error("{field}: {message}")]
     Config {
         /// The field, e.g. `pool "web".health.port`.
@@ -132,82 +157,6 @@ pub enum HealthError {
         /// The error.
         source: io::Error,
     },
-}
-
-/// Decide the checks for `cfg` (see the module doc for the rules).
-pub fn plan(cfg: &LbConfig) -> Result<Plan, HealthError> {
-    let order = cfg.backend_addresses();
-    let serving: HashSet<IpAddr> = order.iter().copied().collect();
-    let mut checks: Vec<PlannedCheck> = Vec::new();
-    let mut index: HashMap<IpAddr, usize> = HashMap::new();
-    let mut conflicts = Vec::new();
-    // Pools that serve some VIP, directly or nested (`VipSpec::pools` lists both).
-    let used: HashSet<&str> = cfg
-        .vips
-        .iter()
-        .flat_map(|v| v.pools.iter().map(String::as_str))
-        .collect();
-    for pool in &cfg.pools {
-        let Some(h) = &pool.health else { continue };
-        if !used.contains(pool.name.as_str()) {
-            continue;
-        }
-        let field = format!("pool {:?}.health.port", pool.name);
-        let port = match h.port {
-            Some(0) => {
-                return Err(HealthError::Config {
-                    field,
-                    message: "0 is not a port".into(),
-                })
-            }
-            Some(p) => p,
-            None => cfg
-                .vips
-                .iter()
-                .find(|v| v.port != 0 && v.pools.contains(&pool.name))
-                .map(|v| v.port)
-                .ok_or_else(|| HealthError::Config {
-                    field,
-                    message: "required: every VIP this pool serves has port = 0 (any port)".into(),
-                })?,
-        };
-        for b in pool
-            .backends
-            .iter()
-            .filter(|b| serving.contains(&b.address))
-        {
-            match index.get(&b.address) {
-                Some(&i) => {
-                    let first = &checks[i];
-                    if first.check != *h || first.port != port {
-                        conflicts.push(format!(
-                            "backend {}: pool {:?} configures a different health check than pool \
-                             {:?}; pool {:?}'s (first in the configuration) is used",
-                            b.address, pool.name, first.pool, first.pool
-                        ));
-                    }
-                }
-                None => {
-                    index.insert(b.address, checks.len());
-                    checks.push(PlannedCheck {
-                        address: b.address,
-                        pool: pool.name.clone(),
-                        port,
-                        check: h.clone(),
-                    });
-                }
-            }
-        }
-    }
-    let unchecked = order
-        .into_iter()
-        .filter(|a| !index.contains_key(a))
-        .collect();
-    Ok(Plan {
-        checks,
-        unchecked,
-        conflicts,
-    })
 }
 
 /// Initial states (see the module doc).
@@ -316,15 +265,14 @@ pub struct HealthMonitor {
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl HealthMonitor {
-    /// Start checking the backends of `cfg`. State changes arrive on the returned receiver; the
+    /// Start checking what `plan` says. State changes arrive on the returned receiver; the
     /// initial states ([`HealthOptions::initial_healthy`] for checked backends, healthy for
     /// unchecked ones) are in [`HealthMonitor::states`] — apply them to the snapshot builder before
     /// the first build if `initial_healthy` is `false` (the builder starts backends healthy).
     pub fn start(
-        cfg: &LbConfig,
+        plan: Plan,
         opts: HealthOptions,
     ) -> Result<(HealthMonitor, Receiver<HealthEvent>), HealthError> {
-        let plan = plan(cfg)?;
         let (tx, rx) = mpsc::channel();
         let mut m = HealthMonitor {
             shared: Arc::new(Shared {
@@ -342,7 +290,7 @@ impl HealthMonitor {
         Ok((m, rx))
     }
 
-    /// Apply a reloaded configuration: new backends start being checked (in the
+    /// Apply a new plan (a reloaded configuration's): new backends start being checked (in the
     /// [`HealthOptions::added_healthy`] state), removed ones stop, unchanged ones keep their state
     /// and their schedule; a backend whose check changed keeps its state and is checked at once
     /// with the new check.
@@ -350,8 +298,7 @@ impl HealthMonitor {
     /// Returns the state of every backend that is new, or whose state changed because its check
     /// was removed (an unchecked backend is healthy): apply these to the snapshot builder before
     /// building the new configuration's snapshot. On error nothing changes.
-    pub fn update(&mut self, cfg: &LbConfig) -> Result<Vec<HealthEvent>, HealthError> {
-        let plan = plan(cfg)?;
+    pub fn update(&mut self, plan: Plan) -> Result<Vec<HealthEvent>, HealthError> {
         self.apply(plan, self.opts.added_healthy)
     }
 

@@ -8,7 +8,7 @@
 //! Bodies framed by `Content-Length`, by `Transfer-Encoding: chunked` or by the connection closing
 //! are all understood; the request says `Connection: close`.
 
-use fp_pipeline::config::HealthKind;
+use super::HealthKind;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

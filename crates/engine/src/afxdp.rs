@@ -1,0 +1,1439 @@
+//! AF_XDP port: one socket per (interface, receive queue), frames steered to it by flowplane's
+//! XDP program ([`fp_ebpf::xsk`]) when they are addressed to a VIP; everything else stays with the
+//! kernel (ARP, the host's own traffic, health-check replies). A switch port instead steers every
+//! frame to the sockets ([`AfXdpConfig::steering`] = [`Steering::All`]).
+//!
+//! ```text
+//!            NIC / veth queue q
+//!                  │ XDP program: dst ∈ VIPs? ──no──► kernel stack
+//!                  │ yes: bpf_redirect_map(xsks, q)
+//!                  ▼
+//!   fill ring ──► [ UMEM: 4096 frames × 2048 B ] ──► rx ring ──► rx_burst: copy into Packet
+//!   (rx frames        (huge pages when available)                 buffers, frame back to fill
+//!    given back)                                                   ring at once
+//!   tx_burst: copy Packet into a free UMEM frame ──► tx ring ──► kernel sends ──► completion ring
+//!                                                                 (frame back to the free list)
+//! ```
+//!
+//! **Design.** The UMEM is split in two halves: rx frames, which live in the fill ring, the rx
+//! ring, or (briefly) in `rx_burst`; and tx frames, on a free list, in the tx ring, or awaiting
+//! completion. Because every received frame is copied into a pipeline [`Packet`] (the pipeline is
+//! port-independent, see `fp_pipeline::packet`), an rx frame goes back to the fill ring in the same
+//! burst it arrived in, so the fill ring never runs dry while the pipeline holds packets. The copy
+//! is at most 2 KiB per packet; the rings, descriptors and UMEM are touched with no system call.
+//!
+//! **Rings.** Each ring is a single-producer single-consumer queue shared with the kernel: a
+//! producer index, a consumer index and an array of descriptors in memory mapped from the socket.
+//! User space reads the kernel's index with `Acquire` (so the descriptors the kernel wrote before
+//! publishing the index are visible) and publishes its own with `Release` (so the descriptors it
+//! wrote, or finished reading, are complete before the kernel sees the index) — the same protocol
+//! as libxdp's `xsk_ring_*` functions, written with Rust atomics. Indices are cached; the shared
+//! index is read only when the cached one says the ring is empty (or full).
+//!
+//! **Modes.** The program is attached natively (in the driver) when the driver supports it, else in
+//! generic (skb) mode: see [`fp_ebpf::xsk::ModeChoice`]. The socket binds with `XDP_ZEROCOPY`
+//! first (when the program runs natively) and falls back to `XDP_COPY`, reporting which
+//! ([`AfXdpInfo::zero_copy`]). On veth, zero-copy is refused (`EOPNOTSUPP`) and copy mode works in
+//! both attach modes. In copy mode the kernel transmits only inside `sendto`, so `tx_burst` kicks
+//! the socket whenever descriptors are outstanding; in zero-copy mode only when the kernel asks
+//! (`XDP_RING_NEED_WAKEUP`).
+//!
+//! **Checksums.** AF_XDP frames carry no checksum metadata. Frames a *kernel* sends over a veth
+//! carry only the pseudo-header part of their TCP/UDP checksum (`CHECKSUM_PARTIAL`), which an
+//! AF_XDP port cannot tell from a corrupt checksum. This port therefore does not fix checksums: on
+//! veth, traffic sources must run with tx checksum offload off (`ethtool -K IF tx off`). Frames
+//! from a real NIC are complete. (The AF_PACKET port can fix them: it sees `TP_STATUS_CSUMNOTREADY`.)
+//!
+//! **Namespaces.** [`AfXdpPort::open`] works on the interface of the calling thread's network
+//! namespace (run the process with `ip netns exec`, or call it from a thread that entered the
+//! namespace with `setns`). The port may then be moved to any thread.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use fp_engine::afxdp::{AfXdpConfig, AfXdpPort};
+//! use fp_pipeline::packet::{burst, Pool};
+//! use fp_engine::port::Port;
+//!
+//! let cfg = AfXdpConfig { vips: vec!["203.0.113.10".parse().unwrap()], ..Default::default() };
+//! let mut port = AfXdpPort::open("eth0", 0, &cfg)?;
+//! println!("{}", port.info());
+//! let (mut pool, mut pkts) = (Pool::new(4096), burst());
+//! loop {
+//!     if port.rx_burst(&mut pool, &mut pkts, 32) > 0 {
+//!         port.tx_burst(&mut pkts, &mut pool); // a reflector
+//!     }
+//! }
+//! # Ok::<(), fp_engine::afxdp::AfXdpError>(())
+//! ```
+
+use crate::port::{Port, PortStats, Wait};
+use fp_ebpf::xsk::{XskRedirect, XskStats};
+use fp_pipeline::packet::{Packet, Pool, MAX_FRAME};
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use fp_ebpf::xsk::{ModeChoice, Steering};
+pub use fp_ebpf::XdpMode;
+
+/// How the socket binds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BindMode {
+    /// Zero-copy if the driver supports it (only with a natively attached program), else copy.
+    #[default]
+    Auto,
+    /// Copy mode only (`XDP_COPY`).
+    Copy,
+    /// Zero-copy only (`XDP_ZEROCOPY`): fails where the driver has none.
+    ZeroCopy,
+}
+
+/// Settings of an AF_XDP port.
+#[derive(Clone, Debug)]
+pub struct AfXdpConfig {
+    /// Destinations to steer to the socket; the rest goes to the kernel. Must be empty with
+    /// [`Steering::All`].
+    pub vips: Vec<IpAddr>,
+    /// Which frames go to the sockets: VIP traffic (default, the load balancer) or every frame
+    /// (a switch port, which owns the interface).
+    pub steering: Steering,
+    /// Where the XDP program runs.
+    pub mode: ModeChoice,
+    /// Copy or zero-copy.
+    pub bind: BindMode,
+    /// UMEM frames (half for receiving, half for sending); a power of two.
+    pub frames: u32,
+    /// Bytes per frame: 2048 or 4096.
+    pub frame_size: u32,
+    /// Entries of each of the four rings; a power of two, at most `frames / 2`.
+    pub ring_size: u32,
+    /// Put the UMEM in 2 MiB pages when the system has them (else transparent huge pages).
+    pub huge_pages: bool,
+    /// Capacity of the VIP map.
+    pub max_vips: u32,
+    /// Capacity of the socket map (queue indices `0..max_queues`).
+    pub max_queues: u32,
+}
+
+impl Default for AfXdpConfig {
+    fn default() -> Self {
+        AfXdpConfig {
+            vips: Vec::new(),
+            steering: Steering::Vips,
+            mode: ModeChoice::Auto,
+            bind: BindMode::Auto,
+            frames: 4096,
+            frame_size: 2048,
+            ring_size: 2048,
+            huge_pages: true,
+            max_vips: 1024,
+            max_queues: 64,
+        }
+    }
+}
+
+/// Why a port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AfXdpError {
+    /// The interface does not exist in this network namespace.
+    #[error("interface {name:?}: {source}")]
+    Interface {
+        /// Interface name.
+        name: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Loading or attaching the XDP program, or updating its maps.
+    #[error(transparent)]
+    Ebpf(#[from] fp_ebpf::Error),
+    /// A socket operation failed.
+    #[error("AF_XDP socket on {ifname} queue {queue}: {op}: {source}")]
+    Socket {
+        /// Interface name.
+        ifname: String,
+        /// Queue.
+        queue: u32,
+        /// What was being done.
+        op: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Inconsistent settings.
+    #[error("AF_XDP configuration: {0}")]
+    Config(String),
+}
+
+/// Which pages back the UMEM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UmemPages {
+    /// Explicit 2 MiB pages (`MAP_HUGETLB`).
+    HugeTlb,
+    /// Normal mapping advised for transparent huge pages.
+    Transparent,
+    /// 4 KiB pages.
+    Normal,
+}
+
+/// What a port got: attach mode, bind mode, memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfXdpInfo {
+    /// Interface name.
+    pub ifname: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// Receive queue.
+    pub queue: u32,
+    /// Where the XDP program runs.
+    pub xdp_mode: XdpMode,
+    /// Whether the socket is bound in zero-copy mode.
+    pub zero_copy: bool,
+    /// Why zero-copy was not used, if it was tried and refused.
+    pub zero_copy_refused: Option<String>,
+    /// UMEM pages.
+    pub umem_pages: UmemPages,
+    /// UMEM frames.
+    pub frames: u32,
+    /// Frame size.
+    pub frame_size: u32,
+}
+
+impl fmt::Display for AfXdpInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "AF_XDP {} (ifindex {}) queue {}: XDP {}, {} mode, UMEM {} x {} B in {:?} pages",
+            self.ifname,
+            self.ifindex,
+            self.queue,
+            self.xdp_mode,
+            if self.zero_copy { "zero-copy" } else { "copy" },
+            self.frames,
+            self.frame_size,
+            self.umem_pages
+        )?;
+        if let Some(why) = &self.zero_copy_refused {
+            write!(f, " (zero-copy refused: {why})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel's counters of one socket (`XDP_STATISTICS`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XskSocketStats {
+    /// Frames dropped for lack of a fill-ring frame or for being too large.
+    pub rx_dropped: u64,
+    /// Invalid descriptors on the fill ring.
+    pub rx_invalid_descs: u64,
+    /// Invalid descriptors on the tx ring.
+    pub tx_invalid_descs: u64,
+    /// Frames dropped because the rx ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty.
+    pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel found the tx ring empty.
+    pub tx_ring_empty_descs: u64,
+}
+
+/// Control of the VIP set and the program counters of one interface, shared by its ports. Clone
+/// it for the control thread.
+#[derive(Clone, Debug)]
+pub struct VipControl(Arc<XskRedirect>);
+
+impl VipControl {
+    /// Make the VIP set exactly `vips` (new ones are added before old ones are removed). Returns
+    /// (added, removed).
+    pub fn set(&self, vips: &[IpAddr]) -> Result<(usize, usize), AfXdpError> {
+        Ok(self.0.set_vips(vips)?)
+    }
+
+    /// Add one VIP; false if it was there.
+    pub fn add(&self, vip: IpAddr) -> Result<bool, AfXdpError> {
+        Ok(self.0.add_vip(vip)?)
+    }
+
+    /// Remove one VIP; false if it was not there.
+    pub fn remove(&self, vip: IpAddr) -> Result<bool, AfXdpError> {
+        Ok(self.0.remove_vip(vip)?)
+    }
+
+    /// The current VIPs, sorted.
+    pub fn list(&self) -> Result<Vec<IpAddr>, AfXdpError> {
+        Ok(self.0.vips()?)
+    }
+
+    /// The XDP program's counters (summed over CPUs and the interface's queues).
+    pub fn program_stats(&self) -> Result<XskStats, AfXdpError> {
+        Ok(self.0.stats()?)
+    }
+
+    /// Kernel id of the XDP program.
+    pub fn program_id(&self) -> Result<u32, AfXdpError> {
+        Ok(self.0.program().info()?.id)
+    }
+}
+
+/// Number of receive queues of `ifname` (in the calling thread's network namespace), from the
+/// driver's channel counts (`ethtool -l`): one AF_XDP port per queue covers all traffic.
+pub fn rx_queue_count(ifname: &str) -> io::Result<u32> {
+    sys::rx_queue_count(ifname)
+}
+
+/// Most frames taken from the completion ring per call.
+const COMPLETION_BATCH: u32 = 256;
+
+/// An AF_XDP socket on one queue, as a [`Port`].
+pub struct AfXdpPort {
+    name: String,
+    info: AfXdpInfo,
+    xsk: sys::Xsk,
+    redirect: Arc<XskRedirect>,
+    /// Free tx frames (UMEM offsets).
+    tx_free: Vec<u64>,
+    /// Received frames to give back to the fill ring.
+    refill: Vec<u64>,
+    frame_mask: u64,
+    stats: PortStats,
+}
+
+impl fmt::Debug for AfXdpPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AfXdpPort")
+            .field("info", &self.info)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl AfXdpPort {
+    /// Open a port on queue `queue` of `ifname`: load the XDP program, create its maps, fill the
+    /// VIP map, attach the program, bind the socket and insert it in the socket map. Dropping the
+    /// port undoes all of it.
+    pub fn open(ifname: &str, queue: u32, cfg: &AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
+        let mut v = Self::open_queues(ifname, &[queue], cfg)?;
+        Ok(v.pop().expect("one port per queue"))
+    }
+
+    /// Open one port per queue in `queues`, sharing one XDP program and VIP map. The program is
+    /// detached when the last of them is dropped.
+    pub fn open_queues(
+        ifname: &str,
+        queues: &[u32],
+        cfg: &AfXdpConfig,
+    ) -> Result<Vec<AfXdpPort>, AfXdpError> {
+        check_config(cfg, queues)?;
+        let ifindex = fp_ebpf::ifindex(ifname).map_err(|e| AfXdpError::Interface {
+            name: ifname.into(),
+            source: io::Error::from_raw_os_error(e.errno().unwrap_or(libc::ENODEV)),
+        })?;
+        let mut redirect = XskRedirect::load_steering(cfg.steering, cfg.max_vips, cfg.max_queues)?;
+        redirect.set_vips(&cfg.vips)?;
+        let xdp_mode = redirect.attach(ifindex, cfg.mode)?;
+        let redirect = Arc::new(redirect);
+        let mut ports = Vec::with_capacity(queues.len());
+        for &q in queues {
+            ports.push(Self::bind_one(
+                ifname,
+                ifindex,
+                q,
+                cfg,
+                xdp_mode,
+                redirect.clone(),
+            )?);
+        }
+        Ok(ports)
+    }
+
+    fn bind_one(
+        ifname: &str,
+        ifindex: u32,
+        queue: u32,
+        cfg: &AfXdpConfig,
+        xdp_mode: XdpMode,
+        redirect: Arc<XskRedirect>,
+    ) -> Result<AfXdpPort, AfXdpError> {
+        let sock_err = |op: &str, source: io::Error| AfXdpError::Socket {
+            ifname: ifname.into(),
+            queue,
+            op: op.into(),
+            source,
+        };
+        let umem_len = cfg.frames as usize * cfg.frame_size as usize;
+        let umem = sys::Umem::new(umem_len, cfg.huge_pages)
+            .map_err(|e| sock_err("mapping the UMEM", e))?;
+        let try_zc = match cfg.bind {
+            BindMode::Copy => false,
+            BindMode::ZeroCopy => true,
+            BindMode::Auto => xdp_mode == XdpMode::Native,
+        };
+        let rx_frames = cfg.frames / 2;
+        let geometry = sys::Geometry {
+            frame_size: cfg.frame_size,
+            ring_size: cfg.ring_size,
+            ifindex,
+            queue,
+        };
+        let mut zero_copy_refused = None;
+        let (umem, xsk) = if try_zc {
+            match sys::Xsk::open(umem, &geometry, true, rx_frames) {
+                Ok(x) => x,
+                Err((umem, e)) if cfg.bind == BindMode::Auto => {
+                    zero_copy_refused = Some(e.to_string());
+                    sys::Xsk::open(umem, &geometry, false, rx_frames)
+                        .map_err(|(_, e)| sock_err("binding in copy mode", e))?
+                }
+                Err((_, e)) => return Err(sock_err("binding in zero-copy mode", e)),
+            }
+        } else {
+            sys::Xsk::open(umem, &geometry, false, rx_frames)
+                .map_err(|(_, e)| sock_err("binding in copy mode", e))?
+        };
+        let xsk = xsk.with_umem(umem);
+        redirect
+            .set_socket(queue, xsk.raw_fd())
+            .map_err(AfXdpError::Ebpf)?;
+        let info = AfXdpInfo {
+            ifname: ifname.into(),
+            ifindex,
+            queue,
+            xdp_mode,
+            zero_copy: xsk.zero_copy(),
+            zero_copy_refused,
+            umem_pages: xsk.umem_pages(),
+            frames: cfg.frames,
+            frame_size: cfg.frame_size,
+        };
+        let tx_free = (rx_frames..cfg.frames)
+            .map(|i| i as u64 * cfg.frame_size as u64)
+            .collect();
+        Ok(AfXdpPort {
+            name: format!("afxdp:{ifname}:{queue}"),
+            info,
+            xsk,
+            redirect,
+            tx_free,
+            refill: Vec::with_capacity(cfg.ring_size as usize),
+            frame_mask: !(cfg.frame_size as u64 - 1),
+            stats: PortStats::default(),
+        })
+    }
+
+    /// What the port got (modes, memory).
+    pub fn info(&self) -> &AfXdpInfo {
+        &self.info
+    }
+
+    /// Control of the VIP set (shared by all ports of the interface).
+    pub fn vip_control(&self) -> VipControl {
+        VipControl(self.redirect.clone())
+    }
+
+    /// The kernel's counters for this socket.
+    pub fn socket_stats(&self) -> XskSocketStats {
+        self.xsk.statistics().unwrap_or_default()
+    }
+
+    /// Block until a frame is ready to receive or `timeout` passes (for idle workers; a busy
+    /// worker just calls `rx_burst`). Returns whether a frame is ready.
+    pub fn wait_rx(&self, timeout: Duration) -> bool {
+        crate::sys::poll_readable(&[self.xsk.raw_fd()], timeout).unwrap_or(false)
+    }
+
+    /// Give received frames back to the fill ring.
+    fn refill(&mut self) {
+        if self.refill.is_empty() {
+            return;
+        }
+        let n = self.xsk.fill.free(self.refill.len() as u32) as usize;
+        let n = n.min(self.refill.len());
+        for (i, &a) in self.refill[..n].iter().enumerate() {
+            self.xsk.fill.write_addr(i as u32, a);
+        }
+        self.xsk.fill.submit(n as u32);
+        self.refill.drain(..n);
+        if self.xsk.fill.needs_wakeup() {
+            self.xsk.kick_rx();
+        }
+    }
+
+    /// Take finished tx frames back from the completion ring.
+    fn reclaim(&mut self) {
+        let n = self.xsk.comp.available(COMPLETION_BATCH);
+        for i in 0..n {
+            let a = self.xsk.comp.read_addr(i);
+            self.tx_free.push(a & self.frame_mask);
+        }
+        self.xsk.comp.release(n);
+    }
+
+    /// Have the kernel transmit outstanding descriptors (copy mode transmits only in `sendto`).
+    fn kick_tx_if_needed(&mut self) {
+        if self.xsk.tx.outstanding() > 0 && (!self.info.zero_copy || self.xsk.tx.needs_wakeup()) {
+            self.xsk.kick_tx();
+        }
+    }
+}
+
+impl Port for AfXdpPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
+        let avail = self.xsk.rx.available(max as u32);
+        if avail == 0 {
+            // Descriptors left on the tx ring by an earlier burst (copy mode transmits only
+            // inside sendto, a limited number per call) are pushed out while idle.
+            self.kick_tx_if_needed();
+            return 0;
+        }
+        let ts = crate::sys::monotonic_ns();
+        let mut taken = 0u32;
+        let mut delivered = 0usize;
+        while taken < avail {
+            let (addr, len) = self.xsk.rx.read_desc(taken);
+            let len = len as usize;
+            if len > MAX_FRAME {
+                self.stats.rx_dropped += 1;
+            } else {
+                let Some(mut p) = pool.get() else { break };
+                self.xsk.umem().copy_out(addr, &mut p.rx_area()[..len]);
+                p.set_len(len);
+                p.ts_ns = ts;
+                out.push(p);
+                delivered += 1;
+            }
+            self.refill.push(addr & self.frame_mask);
+            taken += 1;
+        }
+        self.xsk.rx.release(taken);
+        self.refill();
+        self.stats.rx += delivered as u64;
+        delivered
+    }
+
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+        self.reclaim();
+        let room = self.xsk.tx.free(batch.len() as u32) as usize;
+        let frame_size = self.info.frame_size as usize;
+        let mut sent = 0usize;
+        for p in batch.drain(..) {
+            let ok = sent < room && p.len() <= frame_size && !p.is_empty();
+            match (ok, if ok { self.tx_free.pop() } else { None }) {
+                (true, Some(addr)) => {
+                    self.xsk.umem_mut().copy_in(addr, p.data());
+                    self.xsk.tx.write_desc(sent as u32, addr, p.len() as u32);
+                    sent += 1;
+                }
+                _ => self.stats.tx_dropped += 1,
+            }
+            pool.put(p);
+        }
+        self.xsk.tx.submit(sent as u32);
+        self.kick_tx_if_needed();
+        self.stats.tx += sent as u64;
+        sent
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Wait (briefly) until the kernel has taken every descriptor.
+        for _ in 0..2000 {
+            self.reclaim();
+            if self.xsk.tx.outstanding() == 0 {
+                return Ok(());
+            }
+            self.xsk.kick_tx();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{}: the kernel did not drain the tx ring", self.name),
+        ))
+    }
+
+    fn stats(&self) -> PortStats {
+        let k = self.socket_stats();
+        PortStats {
+            rx: self.stats.rx,
+            tx: self.stats.tx,
+            rx_dropped: self.stats.rx_dropped + k.rx_dropped + k.rx_ring_full,
+            tx_dropped: self.stats.tx_dropped + k.tx_invalid_descs,
+        }
+    }
+
+    fn wait(&self) -> Wait {
+        Wait::Readable(self.xsk.raw_fd())
+    }
+}
+
+impl std::os::fd::AsFd for AfXdpPort {
+    /// The socket, for `poll`/`epoll` across several ports (readable: frames on the rx ring).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.xsk.as_fd()
+    }
+}
+
+impl Drop for AfXdpPort {
+    fn drop(&mut self) {
+        // Stop steering frames to this socket before it closes; the program itself is detached
+        // when the last port of the interface drops its `Arc<XskRedirect>`.
+        let _ = self.redirect.clear_socket(self.info.queue);
+    }
+}
+
+fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
+    let bad = |s: String| Err(AfXdpError::Config(s));
+    if queues.is_empty() {
+        return bad("no queues given".into());
+    }
+    if cfg.steering == Steering::All && !cfg.vips.is_empty() {
+        return bad(format!(
+            "vips ({} given) and steering = All exclude each other: All steers every frame",
+            cfg.vips.len()
+        ));
+    }
+    if !cfg.frames.is_power_of_two() || cfg.frames < 16 {
+        return bad(format!(
+            "frames = {} must be a power of two >= 16",
+            cfg.frames
+        ));
+    }
+    if cfg.frame_size != 2048 && cfg.frame_size != 4096 {
+        return bad(format!(
+            "frame_size = {} must be 2048 or 4096",
+            cfg.frame_size
+        ));
+    }
+    if !cfg.ring_size.is_power_of_two() || cfg.ring_size > cfg.frames / 2 {
+        return bad(format!(
+            "ring_size = {} must be a power of two <= frames / 2 = {}",
+            cfg.ring_size,
+            cfg.frames / 2
+        ));
+    }
+    if let Some(q) = queues.iter().find(|&&q| q >= cfg.max_queues) {
+        return bad(format!(
+            "queue {q} is beyond max_queues = {}",
+            cfg.max_queues
+        ));
+    }
+    Ok(())
+}
+
+/// The socket, its rings and its UMEM: all the `unsafe` of the port.
+/// The AF_XDP port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker on
+/// receive queues `0..workers` (capped by the interface with the fewest queues: a worker must be
+/// able to send on every interface), and flowplane's XDP program steering either the frames to
+/// the wanted destinations (the rest stays with the kernel) or every frame.
+pub struct AfXdpDriver;
+
+impl crate::live::PortDriver for AfXdpDriver {
+    fn name(&self) -> &'static str {
+        "af_xdp"
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["afxdp", "xdp"]
+    }
+
+    fn filters_destinations(&self) -> bool {
+        true
+    }
+
+    fn open(
+        &self,
+        spec: &crate::live::LiveSpec,
+    ) -> Result<crate::live::Opened, crate::live::LiveError> {
+        use crate::live::{
+            is_promisc, set_promisc, Capture, DestinationSetter, LiveControl, LiveError, Opened,
+        };
+        let open_err = |ifname: &str, message: String| LiveError::Open {
+            interface: ifname.to_string(),
+            message,
+        };
+        let mut queues = u32::MAX;
+        for ifname in &spec.interfaces {
+            let q = rx_queue_count(ifname)
+                .map_err(|e| open_err(ifname, format!("reading its queue count: {e}")))?;
+            queues = queues.min(q.max(1));
+        }
+        let workers = (spec.workers.max(1) as u32).min(queues);
+        let qs: Vec<u32> = (0..workers).collect();
+        let cfg = match &spec.capture {
+            Capture::Destinations(d) => AfXdpConfig {
+                vips: d.clone(),
+                mode: spec.xdp_mode,
+                ..AfXdpConfig::default()
+            },
+            Capture::All => AfXdpConfig {
+                steering: Steering::All,
+                mode: spec.xdp_mode,
+                ..AfXdpConfig::default()
+            },
+        };
+        let mut ports: Vec<Vec<Box<dyn Port>>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut setters: Vec<DestinationSetter> = Vec::new();
+        let mut promisc_set = Vec::new();
+        let mut info = String::new();
+        for ifname in &spec.interfaces {
+            // From here on, `control` undoes what was done if a later interface fails.
+            let socks = AfXdpPort::open_queues(ifname, &qs, &cfg).map_err(|e| {
+                drop(LiveControl::new(Vec::new(), promisc_set.clone()));
+                open_err(ifname, format!("opening AF_XDP sockets: {e}"))
+            })?;
+            if info.is_empty() {
+                info = socks[0].info().to_string();
+            }
+            if matches!(spec.capture, Capture::Destinations(_)) {
+                let vc = socks[0].vip_control();
+                setters.push(Box::new(move |d: &[IpAddr]| {
+                    vc.set(d)
+                        .map(|_| ())
+                        .map_err(|e| format!("updating the XDP destination map: {e}"))
+                }));
+            }
+            for (w, s) in socks.into_iter().enumerate() {
+                ports[w].push(Box::new(s));
+            }
+            // A NIC filters unicast frames for other MACs unless promiscuous.
+            if spec.capture == Capture::All
+                && !is_promisc(ifname).map_err(|e| open_err(ifname, e))?
+            {
+                set_promisc(ifname, true).map_err(|e| open_err(ifname, e))?;
+                promisc_set.push(ifname.clone());
+            }
+        }
+        let description = format!(
+            "AF_XDP on {}: {workers} queue(s) of {queues}{}; {info}",
+            spec.interfaces.join(","),
+            if spec.capture == Capture::All {
+                ", every frame steered to the sockets, promiscuous"
+            } else {
+                ""
+            }
+        );
+        Ok(Opened {
+            ports,
+            control: LiveControl::new(setters, promisc_set),
+            description,
+        })
+    }
+}
+
+#[allow(unsafe_code)]
+mod sys {
+    use super::UmemPages;
+    use std::io;
+    use std::mem::size_of;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    const HUGE_2M: usize = 2 << 20;
+
+    /// The UMEM: an anonymous mapping registered with the socket.
+    pub struct Umem {
+        ptr: NonNull<u8>,
+        len: usize,
+        pages: UmemPages,
+    }
+
+    // SAFETY: the mapping is owned by this value alone; moving it to another thread moves that
+    // ownership. The kernel writes into rx frames only while they are on the fill ring, which the
+    // owner of the `Umem` does not read (see `copy_out`).
+    unsafe impl Send for Umem {}
+
+    impl Umem {
+        /// Map `len` bytes: 2 MiB pages if asked and available, else normal pages advised for
+        /// transparent huge pages.
+        pub fn new(len: usize, huge: bool) -> io::Result<Umem> {
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            if huge && len.is_multiple_of(HUGE_2M) {
+                // SAFETY: an anonymous mapping with no address hint; the result is checked.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        prot,
+                        flags | libc::MAP_HUGETLB,
+                        -1,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED {
+                    return Ok(Umem {
+                        ptr: NonNull::new(p.cast()).expect("mmap does not return NULL"),
+                        len,
+                        pages: UmemPages::HugeTlb,
+                    });
+                }
+            }
+            // SAFETY: as above.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let mut pages = UmemPages::Normal;
+            if huge {
+                // SAFETY: `p..p+len` is the mapping just created; madvise only sets a policy.
+                if unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) } == 0 {
+                    pages = UmemPages::Transparent;
+                }
+            }
+            Ok(Umem {
+                ptr: NonNull::new(p.cast()).expect("mmap does not return NULL"),
+                len,
+                pages,
+            })
+        }
+
+        /// Copy the frame bytes at UMEM offset `addr` into `dst`. The caller owns that frame (it
+        /// took the descriptor from the rx ring and has not given it back), so the kernel does
+        /// not write it concurrently. Out-of-range descriptors (a kernel bug) copy nothing.
+        #[inline]
+        pub fn copy_out(&self, addr: u64, dst: &mut [u8]) {
+            let (a, n) = (addr as usize, dst.len());
+            if a.checked_add(n).is_none_or(|end| end > self.len) {
+                return;
+            }
+            // SAFETY: `a..a+n` lies inside the mapping (checked above); `dst` is a distinct Rust
+            // buffer, so the ranges do not overlap; nobody writes the frame during the copy.
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(a), dst.as_mut_ptr(), n) }
+        }
+
+        /// Copy `src` into the frame at UMEM offset `addr`, which the caller owns (a free tx
+        /// frame: not on any ring).
+        #[inline]
+        pub fn copy_in(&mut self, addr: u64, src: &[u8]) {
+            let (a, n) = (addr as usize, src.len());
+            if a.checked_add(n).is_none_or(|end| end > self.len) {
+                return;
+            }
+            // SAFETY: `a..a+n` lies inside the mapping; `src` is a distinct buffer; the kernel
+            // reads the frame only after its descriptor is published on the tx ring (Release).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(a), n) }
+        }
+
+        pub fn pages(&self) -> UmemPages {
+            self.pages
+        }
+    }
+
+    impl Drop for Umem {
+        fn drop(&mut self) {
+            // SAFETY: unmapping the mapping this value owns; no reference into it outlives `self`
+            // (copy_out/copy_in borrow `self`), and the socket that registered it is closed first
+            // (see `Xsk`'s field order and Drop).
+            unsafe {
+                libc::munmap(self.ptr.as_ptr().cast(), self.len);
+            }
+        }
+    }
+
+    /// One mapped ring.
+    pub struct Ring {
+        map: NonNull<u8>,
+        map_len: usize,
+        producer: NonNull<AtomicU32>,
+        consumer: NonNull<AtomicU32>,
+        flags: NonNull<AtomicU32>,
+        desc: NonNull<u8>,
+        mask: u32,
+        size: u32,
+        cached_prod: u32,
+        cached_cons: u32,
+        /// True if user space produces (fill, tx); false if it consumes (rx, completion).
+        producer_side: bool,
+    }
+
+    // SAFETY: the ring mapping is owned by this value; its shared indices are atomics; user space
+    // has exactly one side of each ring and that side is this (non-Sync) value.
+    unsafe impl Send for Ring {}
+
+    impl Ring {
+        /// Map a ring of `size` entries of `entry` bytes at page offset `pgoff` of socket `fd`.
+        fn map(
+            fd: i32,
+            pgoff: u64,
+            off: &libc::xdp_ring_offset,
+            size: u32,
+            entry: usize,
+            producer_side: bool,
+        ) -> io::Result<Ring> {
+            let map_len = off.desc as usize + size as usize * entry;
+            // SAFETY: a shared mapping of the socket's ring; the kernel validates the offset and
+            // the length against the ring it created; the result is checked.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    fd,
+                    pgoff as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let base = p.cast::<u8>();
+            let at = |o: u64| {
+                // SAFETY: the kernel's offsets lie inside the ring mapping (it reported them for
+                // this ring); the producer/consumer/flags words are 4-byte aligned u32s.
+                NonNull::new(unsafe { base.add(o as usize) }).expect("inside a mapping")
+            };
+            let mut r = Ring {
+                map: NonNull::new(base).expect("mmap does not return NULL"),
+                map_len,
+                producer: at(off.producer).cast(),
+                consumer: at(off.consumer).cast(),
+                flags: at(off.flags).cast(),
+                desc: at(off.desc),
+                mask: size - 1,
+                size,
+                cached_prod: 0,
+                cached_cons: 0,
+                producer_side,
+            };
+            r.cached_prod = r.prod().load(Ordering::Relaxed);
+            r.cached_cons = r.cons().load(Ordering::Relaxed);
+            Ok(r)
+        }
+
+        fn prod(&self) -> &AtomicU32 {
+            // SAFETY: points into the live mapping owned by `self`, aligned (see `map`); the
+            // kernel accesses it only atomically.
+            unsafe { self.producer.as_ref() }
+        }
+
+        fn cons(&self) -> &AtomicU32 {
+            // SAFETY: as for `prod`.
+            unsafe { self.consumer.as_ref() }
+        }
+
+        /// Whether the kernel asks to be woken up (`XDP_RING_NEED_WAKEUP`).
+        #[inline]
+        pub fn needs_wakeup(&self) -> bool {
+            // SAFETY: as for `prod`.
+            let f = unsafe { self.flags.as_ref() };
+            f.load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+        }
+
+        /// Producer side: free entries, at least `want` if possible (refreshes the cached consumer
+        /// index only when the cache says there are fewer).
+        #[inline]
+        pub fn free(&mut self, want: u32) -> u32 {
+            debug_assert!(self.producer_side);
+            let mut free = self.size - self.cached_prod.wrapping_sub(self.cached_cons);
+            if free < want {
+                // Acquire: the kernel finished with the entries before it published this index.
+                self.cached_cons = self.cons().load(Ordering::Acquire);
+                free = self.size - self.cached_prod.wrapping_sub(self.cached_cons);
+            }
+            free
+        }
+
+        /// Producer side: entries published but not yet consumed by the kernel.
+        #[inline]
+        pub fn outstanding(&mut self) -> u32 {
+            self.cached_cons = self.cons().load(Ordering::Acquire);
+            self.cached_prod.wrapping_sub(self.cached_cons)
+        }
+
+        /// Producer side: publish `n` entries written with `write_*`.
+        #[inline]
+        pub fn submit(&mut self, n: u32) {
+            if n == 0 {
+                return;
+            }
+            self.cached_prod = self.cached_prod.wrapping_add(n);
+            // Release: the entries written before are visible to the kernel once it sees this.
+            self.prod().store(self.cached_prod, Ordering::Release);
+        }
+
+        /// Consumer side: entries ready, at most `max` (refreshes the cached producer index when
+        /// the cache is empty).
+        #[inline]
+        pub fn available(&mut self, max: u32) -> u32 {
+            debug_assert!(!self.producer_side);
+            let mut n = self.cached_prod.wrapping_sub(self.cached_cons);
+            if n == 0 {
+                // Acquire: the entries the kernel wrote are visible once we see its index.
+                self.cached_prod = self.prod().load(Ordering::Acquire);
+                n = self.cached_prod.wrapping_sub(self.cached_cons);
+            }
+            n.min(max)
+        }
+
+        /// Consumer side: hand `n` read entries back to the kernel.
+        #[inline]
+        pub fn release(&mut self, n: u32) {
+            if n == 0 {
+                return;
+            }
+            self.cached_cons = self.cached_cons.wrapping_add(n);
+            // Release: our reads of the entries complete before the kernel may overwrite them.
+            self.cons().store(self.cached_cons, Ordering::Release);
+        }
+
+        #[inline]
+        fn slot(&self, index: u32, entry: usize) -> *mut u8 {
+            let i = (index & self.mask) as usize;
+            // SAFETY: i < size, and the descriptor array holds `size` entries of `entry` bytes.
+            unsafe { self.desc.as_ptr().add(i * entry) }
+        }
+
+        /// Fill/completion entry `i` past the consumer position (consumer side) — u64 address.
+        #[inline]
+        pub fn read_addr(&self, i: u32) -> u64 {
+            let p = self.slot(self.cached_cons.wrapping_add(i), 8);
+            // SAFETY: an aligned u64 slot of the ring, published by the kernel (Acquire in
+            // `available`) and not yet released back to it.
+            unsafe { p.cast::<u64>().read() }
+        }
+
+        /// Fill/completion entry `i` past the producer position (producer side).
+        #[inline]
+        pub fn write_addr(&mut self, i: u32, addr: u64) {
+            let p = self.slot(self.cached_prod.wrapping_add(i), 8);
+            // SAFETY: an aligned u64 slot that `free` reported as free: the kernel does not read
+            // it until `submit` publishes it.
+            unsafe { p.cast::<u64>().write(addr) }
+        }
+
+        /// rx descriptor `i` past the consumer position: (UMEM address, length).
+        #[inline]
+        pub fn read_desc(&self, i: u32) -> (u64, u32) {
+            let p = self.slot(
+                self.cached_cons.wrapping_add(i),
+                size_of::<libc::xdp_desc>(),
+            );
+            // SAFETY: an aligned xdp_desc slot published by the kernel and not yet released.
+            let d = unsafe { p.cast::<libc::xdp_desc>().read() };
+            (d.addr, d.len)
+        }
+
+        /// tx descriptor `i` past the producer position.
+        #[inline]
+        pub fn write_desc(&mut self, i: u32, addr: u64, len: u32) {
+            let p = self.slot(
+                self.cached_prod.wrapping_add(i),
+                size_of::<libc::xdp_desc>(),
+            );
+            // SAFETY: an aligned xdp_desc slot reported free by `free`, unpublished until
+            // `submit`.
+            unsafe {
+                p.cast::<libc::xdp_desc>().write(libc::xdp_desc {
+                    addr,
+                    len,
+                    options: 0,
+                })
+            }
+        }
+    }
+
+    impl Drop for Ring {
+        fn drop(&mut self) {
+            // SAFETY: unmapping the ring mapping this value owns; no reference into it survives.
+            unsafe {
+                libc::munmap(self.map.as_ptr().cast(), self.map_len);
+            }
+        }
+    }
+
+    /// Layout parameters of a socket.
+    pub struct Geometry {
+        pub frame_size: u32,
+        pub ring_size: u32,
+        pub ifindex: u32,
+        pub queue: u32,
+    }
+
+    /// A bound AF_XDP socket with its four rings. Field order is drop order: rings, then the
+    /// socket, then the UMEM it registered.
+    pub struct Xsk {
+        pub fill: Ring,
+        pub comp: Ring,
+        pub rx: Ring,
+        pub tx: Ring,
+        fd: OwnedFd,
+        zero_copy: bool,
+        umem: Option<Umem>,
+    }
+
+    fn setsockopt<T>(fd: i32, opt: libc::c_int, v: &T) -> io::Result<()> {
+        // SAFETY: the kernel reads size_of::<T>() bytes from a live `&T`.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_XDP,
+                opt,
+                (v as *const T).cast(),
+                size_of::<T>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `getsockopt(fd, SOL_XDP, opt)` into `v`.
+    ///
+    /// # Safety
+    /// `T` must be the C structure the kernel returns for `opt` (plain integers: every bit pattern
+    /// is valid), so that whatever prefix of it the kernel writes leaves a valid value.
+    unsafe fn getsockopt<T>(fd: i32, opt: libc::c_int, v: &mut T) -> io::Result<()> {
+        let mut len = size_of::<T>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` = size_of::<T>() bytes into the live `v`; the
+        // caller guarantees any bytes are a valid T.
+        let r = unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, (v as *mut T).cast(), &mut len) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    impl Xsk {
+        /// Create a socket on `umem`, size and map its rings, give `rx_frames` frames to the fill
+        /// ring, bind. On failure the UMEM is handed back (to retry in another mode).
+        pub fn open(
+            umem: Umem,
+            g: &Geometry,
+            zero_copy: bool,
+            rx_frames: u32,
+        ) -> Result<(Umem, Xsk), (Umem, io::Error)> {
+            match Self::open_inner(&umem, g, zero_copy, rx_frames) {
+                Ok(x) => Ok((umem, x)),
+                Err(e) => Err((umem, e)),
+            }
+        }
+
+        fn open_inner(
+            umem: &Umem,
+            g: &Geometry,
+            zero_copy: bool,
+            rx_frames: u32,
+        ) -> io::Result<Xsk> {
+            // SAFETY: plain socket creation; the result is checked.
+            let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+            if raw < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a fresh descriptor nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let reg = libc::xdp_umem_reg {
+                addr: umem.ptr.as_ptr() as u64,
+                len: umem.len as u64,
+                chunk_size: g.frame_size,
+                headroom: 0,
+                flags: 0,
+                tx_metadata_len: 0,
+            };
+            setsockopt(raw, libc::XDP_UMEM_REG, &reg)?;
+            for opt in [
+                libc::XDP_UMEM_FILL_RING,
+                libc::XDP_UMEM_COMPLETION_RING,
+                libc::XDP_RX_RING,
+                libc::XDP_TX_RING,
+            ] {
+                setsockopt(raw, opt, &(g.ring_size as libc::c_int))?;
+            }
+            // SAFETY: xdp_mmap_offsets is plain integers: all-zero is valid.
+            let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+            // SAFETY: XDP_MMAP_OFFSETS returns an xdp_mmap_offsets (plain integers).
+            unsafe { getsockopt(raw, libc::XDP_MMAP_OFFSETS, &mut off) }?;
+            let d = size_of::<libc::xdp_desc>();
+            let fill = Ring::map(
+                raw,
+                libc::XDP_UMEM_PGOFF_FILL_RING,
+                &off.fr,
+                g.ring_size,
+                8,
+                true,
+            )?;
+            let comp = Ring::map(
+                raw,
+                libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+                &off.cr,
+                g.ring_size,
+                8,
+                false,
+            )?;
+            let rx = Ring::map(
+                raw,
+                libc::XDP_PGOFF_RX_RING as u64,
+                &off.rx,
+                g.ring_size,
+                d,
+                false,
+            )?;
+            let tx = Ring::map(
+                raw,
+                libc::XDP_PGOFF_TX_RING as u32 as u64,
+                &off.tx,
+                g.ring_size,
+                d,
+                true,
+            )?;
+            let mut x = Xsk {
+                fill,
+                comp,
+                rx,
+                tx,
+                fd,
+                zero_copy,
+                umem: None,
+            };
+            // Give the receive half of the UMEM to the kernel.
+            let n = rx_frames.min(x.fill.free(rx_frames));
+            for i in 0..n {
+                x.fill.write_addr(i, i as u64 * g.frame_size as u64);
+            }
+            x.fill.submit(n);
+            let mode = if zero_copy {
+                libc::XDP_ZEROCOPY
+            } else {
+                libc::XDP_COPY
+            };
+            let sa = libc::sockaddr_xdp {
+                sxdp_family: libc::AF_XDP as u16,
+                sxdp_flags: mode | libc::XDP_USE_NEED_WAKEUP,
+                sxdp_ifindex: g.ifindex,
+                sxdp_queue_id: g.queue,
+                sxdp_shared_umem_fd: 0,
+            };
+            // SAFETY: the kernel reads a sockaddr_xdp of the stated size from a live value.
+            let r = unsafe {
+                libc::bind(
+                    raw,
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut opts = libc::xdp_options { flags: 0 };
+            // SAFETY: XDP_OPTIONS returns an xdp_options (one u32).
+            unsafe { getsockopt(raw, libc::XDP_OPTIONS, &mut opts) }?;
+            x.zero_copy = opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0;
+            Ok(x)
+        }
+
+        /// Attach the UMEM so that it is unmapped after the socket closes.
+        pub fn with_umem(mut self, umem: Umem) -> Xsk {
+            self.umem = Some(umem);
+            self
+        }
+
+        pub fn umem(&self) -> &Umem {
+            self.umem.as_ref().expect("UMEM attached at open")
+        }
+
+        pub fn umem_mut(&mut self) -> &mut Umem {
+            self.umem.as_mut().expect("UMEM attached at open")
+        }
+
+        pub fn umem_pages(&self) -> UmemPages {
+            self.umem().pages()
+        }
+
+        pub fn raw_fd(&self) -> i32 {
+            self.fd.as_raw_fd()
+        }
+
+        pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            use std::os::fd::AsFd;
+            self.fd.as_fd()
+        }
+
+        pub fn zero_copy(&self) -> bool {
+            self.zero_copy
+        }
+
+        /// Wake the kernel's transmit path (copy mode transmits inside this call). Transient
+        /// errors (EAGAIN, EBUSY, ENOBUFS, ENETDOWN) only mean "try again later".
+        pub fn kick_tx(&self) {
+            // SAFETY: a zero-length send with no buffer and no address, as AF_XDP expects.
+            unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                );
+            }
+        }
+
+        /// Wake the kernel's receive path (zero-copy drivers that asked for it).
+        pub fn kick_rx(&self) {
+            // SAFETY: a zero-length receive with no buffer, as AF_XDP expects.
+            unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+
+        pub fn statistics(&self) -> io::Result<super::XskSocketStats> {
+            // SAFETY: xdp_statistics is plain integers: all-zero is valid.
+            let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+            // SAFETY: XDP_STATISTICS returns an xdp_statistics (plain integers).
+            unsafe { getsockopt(self.fd.as_raw_fd(), libc::XDP_STATISTICS, &mut s) }?;
+            Ok(super::XskSocketStats {
+                rx_dropped: s.rx_dropped,
+                rx_invalid_descs: s.rx_invalid_descs,
+                tx_invalid_descs: s.tx_invalid_descs,
+                rx_ring_full: s.rx_ring_full,
+                rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+                tx_ring_empty_descs: s.tx_ring_empty_descs,
+            })
+        }
+    }
+
+    impl Drop for Xsk {
+        fn drop(&mut self) {
+            // Fields drop in order after this: rings, socket, UMEM. Nothing to do here; the impl
+            // exists to document (and pin) that order.
+        }
+    }
+
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct EthtoolChannels {
+        cmd: u32,
+        max_rx: u32,
+        max_tx: u32,
+        max_other: u32,
+        max_combined: u32,
+        rx_count: u32,
+        tx_count: u32,
+        other_count: u32,
+        combined_count: u32,
+    }
+
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut EthtoolChannels,
+        _pad: [u8; 16],
+    }
+
+    pub fn rx_queue_count(ifname: &str) -> io::Result<u32> {
+        if ifname.len() >= libc::IFNAMSIZ || ifname.contains('\0') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad interface name",
+            ));
+        }
+        let mut ch = EthtoolChannels {
+            cmd: ETHTOOL_GCHANNELS,
+            ..Default::default()
+        };
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data: &mut ch,
+            _pad: [0; 16],
+        };
+        req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
+        // SAFETY: plain socket creation; the result is checked.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: SIOCETHTOOL reads the ifreq (a NUL-terminated name and a pointer to a live
+        // ethtool_channels) and writes only that ethtool_channels.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut req) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ch.rx_count.max(ch.combined_count).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_checked() {
+        let ok = AfXdpConfig::default();
+        assert!(check_config(&ok, &[0]).is_ok());
+        assert!(check_config(&ok, &[]).is_err());
+        assert!(check_config(&ok, &[64]).is_err());
+        let c = AfXdpConfig {
+            frames: 1000,
+            ..AfXdpConfig::default()
+        };
+        assert!(check_config(&c, &[0])
+            .unwrap_err()
+            .to_string()
+            .contains("frames = 1000"));
+        let c = AfXdpConfig {
+            ring_size: 4096,
+            ..AfXdpConfig::default()
+        };
+        assert!(check_config(&c, &[0]).is_err());
+        let c = AfXdpConfig {
+            frame_size: 1500,
+            ..AfXdpConfig::default()
+        };
+        assert!(check_config(&c, &[0]).is_err());
+        let all = AfXdpConfig {
+            steering: Steering::All,
+            ..AfXdpConfig::default()
+        };
+        assert!(check_config(&all, &[0]).is_ok());
+        let c = AfXdpConfig {
+            vips: vec!["10.0.0.1".parse().unwrap()],
+            ..all
+        };
+        assert!(check_config(&c, &[0])
+            .unwrap_err()
+            .to_string()
+            .contains("steering"));
+    }
+
+    #[test]
+    fn loopback_has_a_queue_count() {
+        // lo has no ethtool channel support: the call fails cleanly rather than panicking.
+        let r = rx_queue_count("lo");
+        assert!(r.is_err() || r.unwrap() >= 1);
+        assert!(rx_queue_count("an-interface-name-too-long").is_err());
+    }
+
+    #[test]
+    fn umem_copies_stay_in_bounds() {
+        let mut u = sys::Umem::new(1 << 16, false).unwrap();
+        u.copy_in(2048, b"hello");
+        let mut out = [0u8; 5];
+        u.copy_out(2048, &mut out);
+        assert_eq!(&out, b"hello");
+        // Out of range: nothing copied, no panic.
+        let mut big = [7u8; 16];
+        u.copy_out((1 << 16) - 8, &mut big);
+        assert_eq!(big, [7u8; 16]);
+        u.copy_in(u64::MAX - 2, b"abc");
+    }
+}

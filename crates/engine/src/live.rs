@@ -1,0 +1,242 @@
+//! Live interfaces: the port drivers that open Linux interfaces for a set of workers, behind one
+//! table ([`DRIVERS`]), so applications name a driver (`--driver af_xdp`) and never match on one.
+//!
+//! An application describes what it needs in a [`LiveSpec`] — interfaces, workers, and what to
+//! capture: the frames addressed to some destinations (a load balancer's VIPs; the rest of the
+//! interface's traffic stays with the kernel where the driver can filter) or every frame (a switch
+//! port, promiscuous) — and gets [`Opened`] back: `ports[w][i]` is worker `w`'s socket of interface
+//! `i` (the kernel or the NIC spreads flows over the workers' sockets: AF_PACKET fan-out by flow
+//! hash, AF_XDP one receive queue per worker), plus a [`LiveControl`] to change the destinations
+//! while running and that undoes the interface changes (promiscuous mode) when dropped.
+//!
+//! Adding a driver is one file that implements [`PortDriver`] (opening its sockets, each a
+//! [`Port`]) and one line in [`DRIVERS`].
+//!
+//! Sockets belong to the network namespace of the thread that opens them (run the process with
+//! `ip netns exec`, or open from a thread that entered the namespace); the ports may then be moved
+//! to any thread.
+
+use crate::port::Port;
+use std::net::IpAddr;
+
+/// What an application wants to receive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Capture {
+    /// Frames to these destination addresses (a load balancer's VIPs). Drivers that filter in the
+    /// kernel ([`PortDriver::filters_destinations`]) leave everything else to the host's stack;
+    /// the others deliver every frame and the application filters.
+    Destinations(Vec<IpAddr>),
+    /// Every frame, for any MAC address (a switch port): the interfaces go promiscuous.
+    All,
+}
+
+/// Which interfaces to open for how many workers.
+#[derive(Clone, Debug)]
+pub struct LiveSpec {
+    /// The interfaces; port index = position.
+    pub interfaces: Vec<String>,
+    /// Workers wanted; a driver may open fewer (AF_XDP: at most one per receive queue of the
+    /// interface with the fewest).
+    pub workers: usize,
+    /// What to receive.
+    pub capture: Capture,
+    /// For drivers that attach an XDP program: where it runs.
+    pub xdp_mode: crate::afxdp::ModeChoice,
+    /// Receive ring memory per socket, for drivers with a kernel ring (AF_PACKET); `None`: the
+    /// driver's default.
+    pub ring_bytes: Option<usize>,
+}
+
+impl LiveSpec {
+    /// `workers` workers on `interfaces`, capturing `capture`, with the drivers' defaults.
+    pub fn new(interfaces: &[&str], workers: usize, capture: Capture) -> LiveSpec {
+        LiveSpec {
+            interfaces: interfaces.iter().map(|s| s.to_string()).collect(),
+            workers,
+            capture,
+            xdp_mode: crate::afxdp::ModeChoice::Auto,
+            ring_bytes: None,
+        }
+    }
+}
+
+/// Why interfaces could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// A socket could not be opened.
+    #[error("interface {interface}: {message}")]
+    Open {
+        /// The interface.
+        interface: String,
+        /// What failed.
+        message: String,
+    },
+    /// The request itself is not possible.
+    #[error("{0}")]
+    Spec(String),
+}
+
+/// Sets an opened driver's destinations (for [`LiveControl::set_destinations`]).
+pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), String> + Send + Sync>;
+
+/// Control of opened interfaces while they run; dropping it undoes what opening changed on the
+/// interfaces (promiscuous mode a driver turned on).
+#[derive(Default)]
+pub struct LiveControl {
+    setters: Vec<DestinationSetter>,
+    promisc_set: Vec<String>,
+}
+
+impl LiveControl {
+    /// A control with these destination setters and interfaces to take out of promiscuous mode
+    /// on drop (for driver implementations).
+    pub fn new(setters: Vec<DestinationSetter>, promisc_set: Vec<String>) -> LiveControl {
+        LiveControl {
+            setters,
+            promisc_set,
+        }
+    }
+
+    /// Change the destinations captured ([`Capture::Destinations`]); a no-op for drivers that do
+    /// not filter.
+    pub fn set_destinations(&self, dsts: &[IpAddr]) -> Result<(), String> {
+        for s in &self.setters {
+            s(dsts)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LiveControl {
+    fn drop(&mut self) {
+        for ifname in &self.promisc_set {
+            if let Err(e) = set_promisc(ifname, false) {
+                eprintln!("flowplane: could not turn promiscuous mode off on {ifname}: {e}");
+            }
+        }
+    }
+}
+
+/// Opened interfaces.
+pub struct Opened {
+    /// `ports[w][i]`: worker `w`'s socket of interface `i`.
+    pub ports: Vec<Vec<Box<dyn Port>>>,
+    /// Destinations and cleanup; keep it until the workers have stopped.
+    pub control: LiveControl,
+    /// A line describing what was opened (for the log and status pages).
+    pub description: String,
+}
+
+/// A kind of socket that opens Linux interfaces.
+pub trait PortDriver: Send + Sync {
+    /// The name users give (`--driver NAME`).
+    fn name(&self) -> &'static str;
+    /// Other accepted spellings.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Whether the driver delivers only [`Capture::Destinations`] (filtering in the kernel), so
+    /// an application cannot serve a destination it cannot list (a prefix).
+    fn filters_destinations(&self) -> bool;
+    /// Open `spec.interfaces` for `spec.workers` workers (or fewer).
+    fn open(&self, spec: &LiveSpec) -> Result<Opened, LiveError>;
+}
+
+/// A port driver chosen by name (`--driver af_xdp`): what command-line options hold.
+#[derive(Clone, Copy)]
+pub struct Driver(pub &'static dyn PortDriver);
+
+impl std::ops::Deref for Driver {
+    type Target = dyn PortDriver;
+    fn deref(&self) -> &(dyn PortDriver + 'static) {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::fmt::Display for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::str::FromStr for Driver {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Driver, String> {
+        driver(s).map(Driver)
+    }
+}
+
+/// Every port driver, by name.
+pub static DRIVERS: &[&dyn PortDriver] =
+    &[&crate::afpacket::AfPacketDriver, &crate::afxdp::AfXdpDriver];
+
+/// The driver called `name` (or one of its aliases).
+pub fn driver(name: &str) -> Result<&'static dyn PortDriver, String> {
+    DRIVERS
+        .iter()
+        .copied()
+        .find(|d| d.name() == name || d.aliases().contains(&name))
+        .ok_or_else(|| {
+            let names: Vec<&str> = DRIVERS.iter().map(|d| d.name()).collect();
+            format!("{name:?}: use one of {}", names.join(", "))
+        })
+}
+
+/// Whether `ifname` is in promiscuous mode (`IFF_PROMISC` in its flags).
+pub fn is_promisc(ifname: &str) -> Result<bool, String> {
+    let path = format!("/sys/class/net/{ifname}/flags");
+    let t = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+    let flags = u32::from_str_radix(t.trim().trim_start_matches("0x"), 16)
+        .map_err(|_| format!("{path}: bad flags {t:?}"))?;
+    Ok(flags & 0x100 != 0)
+}
+
+/// Turn promiscuous mode on or off (`ip link set dev IF promisc on|off`).
+pub fn set_promisc(ifname: &str, on: bool) -> Result<(), String> {
+    let st = std::process::Command::new("ip")
+        .args([
+            "link",
+            "set",
+            "dev",
+            ifname,
+            "promisc",
+            if on { "on" } else { "off" },
+        ])
+        .status()
+        .map_err(|e| format!("running `ip link set dev {ifname} promisc`: {e}"))?;
+    if !st.success() {
+        return Err(format!("`ip link set dev {ifname} promisc` failed: {st}"));
+    }
+    Ok(())
+}
+
+/// The MAC address of interface `ifname` (from sysfs).
+pub fn interface_mac(ifname: &str) -> Result<fp_wire::ethernet::MacAddr, String> {
+    let path = format!("/sys/class/net/{ifname}/address");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("interface {ifname:?}: reading {path}: {e}"))?;
+    text.trim()
+        .parse()
+        .map_err(|_| format!("interface {ifname:?}: bad address {text:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drivers_are_found_by_name_and_alias() {
+        assert_eq!(driver("af_packet").unwrap().name(), "af_packet");
+        assert_eq!(driver("xdp").unwrap().name(), "af_xdp");
+        assert!(driver("af_xdp").unwrap().filters_destinations());
+        assert!(!driver("afpacket").unwrap().filters_destinations());
+        let e = driver("dpdk").err().unwrap();
+        assert!(e.contains("af_packet, af_xdp"), "{e}");
+    }
+}

@@ -1,0 +1,566 @@
+//! Live tests of the AF_XDP port in network namespaces: a veth pair between namespace A (the
+//! port) and namespace B (the peer, with an AF_PACKET socket and the kernel's own ping).
+//!
+//! Each test creates its own uniquely named namespaces and removes them on every exit path (a Drop
+//! guard, which also runs when an assertion panics). They need root and network namespaces; without
+//! them they fail and say why.
+
+use fp_engine::afxdp::{AfXdpConfig, AfXdpPort, BindMode, ModeChoice, XdpMode};
+use fp_engine::port::Port;
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::packet::{burst, Pool};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const MAC_A: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 1];
+const MAC_B: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 1];
+const ADDR_A: &str = "10.77.0.1";
+const ADDR_B: &str = "10.77.0.2";
+const VIP4: &str = "203.0.113.10";
+const VIP6: &str = "2001:db8::10";
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Two namespaces joined by a veth pair (`xa0` in A, `xb0` in B); removed on drop.
+struct Net {
+    a: String,
+    b: String,
+}
+
+impl Net {
+    fn new(queues: u32) -> Net {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            panic!("live AF_XDP test cannot run: not root (euid {euid}); it needs network namespaces, veths and XDP");
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let net = Net {
+            a: format!("fpxdp-{pid}-{n}-a"),
+            b: format!("fpxdp-{pid}-{n}-b"),
+        };
+        let q = queues.to_string();
+        let ma = mac_text(MAC_A);
+        let mb = mac_text(MAC_B);
+        let setup: Vec<Vec<&str>> = vec![
+            vec!["ip", "netns", "add", &net.a],
+            vec!["ip", "netns", "add", &net.b],
+            vec![
+                "ip",
+                "link",
+                "add",
+                "xa0",
+                "netns",
+                &net.a,
+                "address",
+                &ma,
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "xb0",
+                "netns",
+                &net.b,
+                "address",
+                &mb,
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+            ],
+            vec![
+                "ip",
+                "-n",
+                &net.a,
+                "addr",
+                "add",
+                "10.77.0.1/24",
+                "dev",
+                "xa0",
+            ],
+            vec![
+                "ip",
+                "-n",
+                &net.b,
+                "addr",
+                "add",
+                "10.77.0.2/24",
+                "dev",
+                "xb0",
+            ],
+            vec!["ip", "-n", &net.a, "link", "set", "lo", "up"],
+            vec!["ip", "-n", &net.b, "link", "set", "lo", "up"],
+            vec!["ip", "-n", &net.a, "link", "set", "xa0", "up"],
+            vec!["ip", "-n", &net.b, "link", "set", "xb0", "up"],
+        ];
+        for cmd in &setup {
+            if let Err(e) = sh(cmd) {
+                drop(net);
+                panic!("live AF_XDP test cannot run: network namespace setup failed: {e}");
+            }
+        }
+        net
+    }
+
+    /// Run `f` on a thread inside namespace `ns` (setns affects only the calling thread).
+    fn run_in<T: Send>(&self, ns: &str, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{ns}");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                // SAFETY: setns on a namespace file descriptor we hold open; it switches only this
+                // thread's network namespace.
+                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("namespace thread")
+        })
+    }
+
+    fn ping_b_to_a(&self) -> bool {
+        Command::new("ip")
+            .args([
+                "netns", "exec", &self.b, "ping", "-c", "1", "-W", "1", ADDR_A,
+            ])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    fn xdp_attached(&self) -> Option<(u8, u32)> {
+        self.run_in(&self.a, || {
+            let i = fp_ebpf::ifindex("xa0").unwrap();
+            fp_ebpf::netlink::Netlink::open()
+                .unwrap()
+                .xdp_query(i)
+                .unwrap()
+        })
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.a]);
+        let _ = sh(&["ip", "netns", "del", &self.b]);
+    }
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// An AF_PACKET socket on one interface of the peer namespace.
+struct Raw {
+    fd: OwnedFd,
+    ifindex: i32,
+}
+
+impl Raw {
+    fn open(net: &Net, ns: &str, ifname: &str) -> Raw {
+        let ifname = ifname.to_string();
+        net.run_in(ns, move || {
+            let ifindex = fp_ebpf::ifindex(&ifname).unwrap() as i32;
+            let proto = (libc::ETH_P_ALL as u16).to_be();
+            // SAFETY: plain socket creation; the result is checked.
+            let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32) };
+            assert!(
+                raw >= 0,
+                "AF_PACKET socket: {}",
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: a fresh descriptor nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sa.sll_family = libc::AF_PACKET as u16;
+            sa.sll_protocol = proto;
+            sa.sll_ifindex = ifindex;
+            // SAFETY: the kernel reads a sockaddr_ll of the stated size.
+            let r = unsafe {
+                libc::bind(
+                    raw,
+                    (&sa as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
+            };
+            assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 200_000,
+            };
+            // SAFETY: the kernel reads one timeval.
+            unsafe {
+                libc::setsockopt(
+                    raw,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&tv as *const libc::timeval).cast(),
+                    std::mem::size_of::<libc::timeval>() as u32,
+                )
+            };
+            Raw { fd, ifindex }
+        })
+    }
+
+    fn send(&self, frame: &[u8]) {
+        // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_ifindex = self.ifindex;
+        sa.sll_halen = 6;
+        // SAFETY: the kernel reads `frame` and one sockaddr_ll.
+        let r = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&sa as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(
+            r,
+            frame.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// The next incoming frame (outgoing copies skipped), or None after the timeout.
+    fn recv(&self) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            // SAFETY: the kernel writes at most buf.len() bytes into buf and one sockaddr_ll.
+            let n = unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                    (&mut sa as *mut libc::sockaddr_ll).cast(),
+                    &mut len,
+                )
+            };
+            if n < 0 {
+                return None;
+            }
+            if sa.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            return Some(buf[..n as usize].to_vec());
+        }
+    }
+}
+
+fn cfg(mode: ModeChoice) -> AfXdpConfig {
+    AfXdpConfig {
+        vips: vec![VIP4.parse().unwrap(), VIP6.parse().unwrap()],
+        mode,
+        ..Default::default()
+    }
+}
+
+fn open(net: &Net, queue: u32, c: &AfXdpConfig) -> AfXdpPort {
+    let c = c.clone();
+    net.run_in(&net.a, move || {
+        AfXdpPort::open("xa0", queue, &c).unwrap_or_else(|e| panic!("opening the port: {e}"))
+    })
+}
+
+/// A UDP frame from B to `dst`, with a distinct source port per `i`.
+fn frame_to(dst: &str, i: u16) -> Vec<u8> {
+    let src = if dst.contains(':') {
+        "2001:db8::2"
+    } else {
+        ADDR_B
+    };
+    let mut f = craft::udp(
+        &Endpoints::new(src, 1000 + i, dst, 53),
+        18 + (i as usize % 64),
+    );
+    f[..6].copy_from_slice(&MAC_A);
+    f[6..12].copy_from_slice(&MAC_B);
+    f
+}
+
+/// Receive until `n` frames arrived or `timeout` passed.
+fn receive(port: &mut AfXdpPort, n: usize, timeout: Duration) -> Vec<Vec<u8>> {
+    let mut pool = Pool::new(1024);
+    let mut got = Vec::new();
+    let mut b = burst();
+    let end = Instant::now() + timeout;
+    while got.len() < n && Instant::now() < end {
+        if port.rx_burst(&mut pool, &mut b, 32) == 0 {
+            port.wait_rx(Duration::from_millis(10));
+        }
+        for p in b.drain(..) {
+            assert!(p.ts_ns > 0, "receive timestamp set");
+            got.push(p.data().to_vec());
+            pool.put(p);
+        }
+    }
+    got
+}
+
+fn rx_reaches_port(mode: ModeChoice) {
+    let net = Net::new(1);
+    let mut port = open(&net, 0, &cfg(mode));
+    let info = port.info().clone();
+    assert_eq!(info.queue, 0);
+    assert_eq!(
+        info.xdp_mode,
+        match mode {
+            ModeChoice::Generic => XdpMode::Generic,
+            _ => XdpMode::Native,
+        },
+        "{info}"
+    );
+    // veth has no zero-copy: the port fell back to copy mode and says why when it tried.
+    assert!(!info.zero_copy, "{info}");
+    assert_eq!(
+        info.zero_copy_refused.is_some(),
+        info.xdp_mode == XdpMode::Native,
+        "{info}"
+    );
+    eprintln!("{info}");
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let sent: Vec<Vec<u8>> = (0..200u16)
+        .map(|i| frame_to(if i % 2 == 0 { VIP4 } else { VIP6 }, i))
+        .collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    let got = receive(&mut port, sent.len(), Duration::from_secs(5));
+    assert_eq!(got.len(), sent.len(), "frames received by the port");
+    assert_eq!(got, sent, "same bytes, same order (one queue)");
+    let s = port.vip_control().program_stats().unwrap();
+    assert_eq!(s.to_socket, 200, "{s:?}");
+    assert_eq!(port.stats().rx, 200);
+    assert_eq!(port.stats().rx_dropped, 0, "{:?}", port.socket_stats());
+}
+
+#[test]
+fn rx_vip_frames_reach_the_port_native() {
+    rx_reaches_port(ModeChoice::Auto);
+}
+
+#[test]
+fn rx_vip_frames_reach_the_port_generic() {
+    rx_reaches_port(ModeChoice::Generic);
+}
+
+fn tx_reaches_peer(mode: ModeChoice) {
+    let net = Net::new(1);
+    let mut port = open(&net, 0, &cfg(mode));
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let mut pool = Pool::new(256);
+    let mut want = Vec::new();
+    // 3 bursts of 32 frames of various sizes, 64 to 1514 bytes.
+    for round in 0..3u16 {
+        let mut b = burst();
+        for i in 0..32u16 {
+            let n = round * 32 + i;
+            let mut f = craft::udp(
+                &Endpoints::new(VIP4, 80, "192.0.2.9", 2000 + n),
+                22 + (n as usize * 97) % 1450,
+            );
+            f[..6].copy_from_slice(&MAC_B);
+            f[6..12].copy_from_slice(&MAC_A);
+            let mut p = pool.get().unwrap();
+            assert!(p.fill(&f));
+            b.push(p);
+            want.push(f);
+        }
+        assert_eq!(port.tx_burst(&mut b, &mut pool), 32);
+        assert!(b.is_empty());
+    }
+    port.flush().unwrap();
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        match peer.recv() {
+            Some(f) if f[..6] == MAC_B && f[6..12] == MAC_A => got.push(f),
+            Some(_) => {} // e.g. IPv6 router solicitations from the peer's kernel
+            None => break,
+        }
+    }
+    assert_eq!(got.len(), want.len(), "frames seen by the peer");
+    assert_eq!(got, want);
+    assert_eq!(port.stats().tx, 96);
+    assert_eq!(port.stats().tx_dropped, 0);
+    assert_eq!(pool.in_use(), 0, "tx_burst returns every buffer");
+}
+
+#[test]
+fn tx_frames_reach_the_peer_native() {
+    tx_reaches_peer(ModeChoice::Native);
+}
+
+#[test]
+fn tx_frames_reach_the_peer_generic() {
+    tx_reaches_peer(ModeChoice::Generic);
+}
+
+/// ARP, the host's own traffic and anything not addressed to a VIP still reach the kernel; making
+/// the interface's own address a VIP moves its traffic to the socket, and removing it moves it back.
+#[test]
+fn kernel_traffic_and_vip_updates() {
+    let net = Net::new(1);
+    let mut port = open(&net, 0, &cfg(ModeChoice::Auto));
+    let vips = port.vip_control();
+    assert!(
+        net.ping_b_to_a(),
+        "ping to the port's own address with the port open"
+    );
+    let s = vips.program_stats().unwrap();
+    assert!(s.not_ip >= 1, "ARP passed to the kernel: {s:?}");
+    assert!(
+        s.not_vip >= 1,
+        "ICMP to a non-VIP passed to the kernel: {s:?}"
+    );
+
+    let own: IpAddr = ADDR_A.parse().unwrap();
+    assert!(vips.add(own).unwrap());
+    assert_eq!(
+        vips.list().unwrap(),
+        vec![own, VIP4.parse::<IpAddr>().unwrap(), VIP6.parse().unwrap()]
+    );
+    assert!(
+        !net.ping_b_to_a(),
+        "the echo request now goes to the socket"
+    );
+    let got = receive(&mut port, 1, Duration::from_secs(2));
+    assert!(!got.is_empty(), "the port received the echo request");
+    let f = &got[0];
+    assert_eq!(&f[12..14], &[0x08, 0x00]);
+    assert_eq!(f[23], 1, "ICMP");
+    assert_eq!(&f[30..34], &[10, 77, 0, 1]);
+
+    assert_eq!(vips.set(&[VIP4.parse().unwrap()]).unwrap(), (0, 2));
+    assert!(
+        net.ping_b_to_a(),
+        "ping works again once the address is no longer a VIP"
+    );
+}
+
+/// The XDP program is attached while the port lives and detached when it is dropped.
+#[test]
+fn drop_detaches_everything() {
+    let net = Net::new(1);
+    let port = open(&net, 0, &cfg(ModeChoice::Native));
+    let id = port.vip_control().program_id().unwrap();
+    assert_eq!(
+        net.xdp_attached(),
+        Some((1, id)),
+        "driver-mode program attached"
+    );
+    drop(port);
+    assert_eq!(net.xdp_attached(), None, "detached on drop");
+    // And the interface still works for the kernel.
+    assert!(net.ping_b_to_a());
+    // A second port can attach again.
+    let port = open(&net, 0, &cfg(ModeChoice::Generic));
+    assert_eq!(net.xdp_attached().map(|(m, _)| m), Some(2), "generic mode");
+    drop(port);
+    assert_eq!(net.xdp_attached(), None);
+}
+
+/// Two queues, one program: both sockets bind, together they receive everything, and the program
+/// stays attached until the last port is dropped.
+#[test]
+fn two_queues_share_one_program() {
+    let net = Net::new(2);
+    let c = cfg(ModeChoice::Native);
+    let mut ports = net.run_in(&net.a, move || {
+        AfXdpPort::open_queues("xa0", &[0, 1], &c).unwrap_or_else(|e| panic!("{e}"))
+    });
+    assert_eq!(ports.len(), 2);
+    assert_eq!(
+        net.run_in(&net.a, || fp_engine::afxdp::rx_queue_count("xa0").unwrap()),
+        2
+    );
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let n = 200;
+    for i in 0..n {
+        peer.send(&frame_to(VIP4, i));
+    }
+    let mut total = 0;
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut pool = Pool::new(1024);
+    let mut b = burst();
+    while total < n as usize && Instant::now() < end {
+        for p in ports.iter_mut() {
+            total += p.rx_burst(&mut pool, &mut b, 32);
+            pool.put_all(&mut b);
+        }
+    }
+    assert_eq!(
+        total, n as usize,
+        "the two sockets together got every frame"
+    );
+    let s = ports[0].vip_control().program_stats().unwrap();
+    assert_eq!(s.to_socket, n as u64, "{s:?}");
+    let second = ports.pop().unwrap();
+    drop(ports);
+    assert!(
+        net.xdp_attached().is_some(),
+        "still attached for the other queue"
+    );
+    drop(second);
+    assert_eq!(net.xdp_attached(), None);
+}
+
+/// Bad settings and a missing interface are errors that say what is wrong.
+#[test]
+fn errors_are_clear() {
+    let net = Net::new(1);
+    let e = net
+        .run_in(&net.a, || {
+            AfXdpPort::open("nosuch0", 0, &AfXdpConfig::default())
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("nosuch0"), "{e}");
+    let c = AfXdpConfig {
+        bind: BindMode::ZeroCopy,
+        ..cfg(ModeChoice::Native)
+    };
+    let e = net
+        .run_in(&net.a, move || AfXdpPort::open("xa0", 0, &c))
+        .unwrap_err();
+    assert!(e.to_string().contains("zero-copy"), "{e}");
+    assert_eq!(
+        net.xdp_attached(),
+        None,
+        "a failed open leaves nothing attached"
+    );
+}

@@ -1,0 +1,863 @@
+//! The load balancer's per-worker data path (Maglev §3): parse → match VIP → connection table
+//! (batched, prefetched) → Maglev selection on a miss → encapsulate toward the backend → emit.
+//!
+//! One [`LbWorker`] per core, fed by 5-tuple steering (3-tuple for fragments), owns its connection
+//! tables (IPv4 and IPv6, CuckooSwitch tables in the general layout, the worker being their single
+//! writer and reader), its fragment table and its counters; it shares nothing writable with other
+//! workers. Each burst runs against one [`Snapshot`]: a configuration or health change published
+//! while a burst is in flight applies from the next burst on.
+//!
+//! Connection entries map the 5-tuple to (backend id, last-seen time in ms). A hit whose backend
+//! is still a healthy member of the VIP is reused; a hit on a backend that went down or left the
+//! VIP is re-selected (and the entry rewritten); a miss selects with Maglev and records the choice.
+//! A full table is counted and the packet still forwarded by Maglev (§3.3). Entries idle longer
+//! than the configured timeout are removed by a sweep paced by the clock (a pass over each table
+//! per quarter of the timeout, at most 10 s), run in bursts and, when idle, by maintenance.
+//!
+//! The worker is a [`Stage`]: the engine's driver hands it bursts from its port (an AF_PACKET
+//! socket of a fan-out group, an AF_XDP queue, or the software dispatcher's lane) and sends what
+//! it emits back out of the same port (a one-armed balancer, as Maglev is deployed) or, offline,
+//! to the output port ([`LbWorker::set_output`]).
+//!
+//! ICMP errors addressed to a VIP (e.g. "fragmentation needed" about a backend's direct-return
+//! packets) are forwarded along the connection they quote, so path MTU discovery works through the
+//! balancer.
+
+use crate::config::EncapKind;
+use crate::frag::{Decision, FragAction, FragTable, Piece};
+use crate::snapshot::{Cached, Published, Snapshot};
+use crate::stats::{Outcome, WorkerStats};
+use fp_cuckoo::{Config as TableConfig, GeneralMap, Writer};
+use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
+use fp_pipeline::stage::{Outputs, Stage};
+use fp_wire::ip::IpProtocol;
+use fp_wire::tcp::TcpFlags;
+use fp_wire::{FlowKey, FragmentKey, PacketSummary};
+use std::sync::Arc;
+
+type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
+type Conn6 = Writer<GeneralMap<[u8; 37], u64>>;
+
+/// The expiry sweep runs on the clock, not per burst: at most once per this many ms of burst time
+/// (a burst-paced sweep reads a few cold buckets per burst, a cache miss per few packets, at any
+/// packet rate; the sweep only needs to keep pace with time).
+const SWEEP_EVERY_MS: u32 = 1;
+/// One pass of the connection-expiry sweep over a table takes at most a quarter of the idle
+/// timeout, and at most [`SWEEP_PASS_MAX_MS`]: an entry outlives its timeout by at most that much.
+const SWEEP_PASS_MAX_MS: u32 = 10_000;
+/// Milliseconds of sweep work caught up in one burst after a pause (the runner's `maintain`
+/// covers idle periods).
+const SWEEP_CATCH_UP_MS: u32 = 16;
+/// Fragment-table entries the expiry sweep visits per ms of burst time.
+const SWEEP_FRAGS_PER_MS: usize = 16;
+/// A connection's last-seen time is rewritten at most this often (ms).
+const TOUCH_MS: u32 = 1000;
+
+fn entry(backend: u32, now_ms: u32) -> u64 {
+    backend as u64 | (now_ms as u64) << 32
+}
+fn entry_backend(v: u64) -> u32 {
+    v as u32
+}
+fn entry_seen(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+/// A packet of the current burst waiting for its connection lookup. Kept small: it is written
+/// and read once per packet.
+struct Pending {
+    pkt: Packet,
+    key: FlowKey,
+    vip: u32,
+    /// Index into the burst's IPv4 or IPv6 key array.
+    slot: u16,
+    /// Where the IP packet lies in the frame: offset and end.
+    l3: (u16, u16),
+    /// For first fragments: the IP identification and the fragment's place in the datagram.
+    frag: Option<(u32, Piece)>,
+}
+
+/// What a traced packet went through (Maglev §4.4's packet tracer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// Worker id.
+    pub worker: usize,
+    /// Config generation.
+    pub generation: u64,
+    /// Flow.
+    pub flow: FlowKey,
+    /// VIP name.
+    pub vip: String,
+    /// Connection-table outcome: "hit", "miss", "reselect", "fragment".
+    pub conn: &'static str,
+    /// Maglev slot, for a new selection.
+    pub maglev_slot: Option<u32>,
+    /// Backend address.
+    pub backend: Option<std::net::IpAddr>,
+    /// Encapsulation.
+    pub encap: String,
+}
+
+/// Tells the worker which packets to trace and takes the records.
+pub trait Tracer: Send {
+    /// Whether to trace this packet (called for every packet matched to a VIP; keep it cheap).
+    fn wants(&mut self, frame: &[u8], flow: &FlowKey) -> bool;
+    /// Take a record (rate limiting is the tracer's business).
+    fn record(&mut self, r: TraceRecord);
+}
+
+/// Per-burst scratch space, allocated once (no allocation per packet or per burst).
+struct Scratch {
+    pending: Vec<Pending>,
+    keys4: Vec<[u8; 13]>,
+    keys6: Vec<[u8; 37]>,
+    vals4: Vec<Option<u64>>,
+    vals6: Vec<Option<u64>>,
+    /// Flow hashes of the burst's SYNs (by index in `pending`, bit set in `syns`), computed in
+    /// stage 1 to prefetch their Maglev entries.
+    hashes: [u64; MAX_BURST],
+    syns: u64,
+    /// Fragments released by a first fragment's decision.
+    release: Vec<Packet>,
+    /// Fragments whose entry expired.
+    expired: Vec<Packet>,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            pending: Vec::with_capacity(MAX_BURST),
+            keys4: Vec::with_capacity(MAX_BURST),
+            keys6: Vec::with_capacity(MAX_BURST),
+            vals4: vec![None; MAX_BURST],
+            vals6: vec![None; MAX_BURST],
+            hashes: [0; MAX_BURST],
+            syns: 0,
+            release: Vec::with_capacity(16),
+            expired: Vec::with_capacity(16),
+        }
+    }
+}
+
+/// The worker's tables: connections (IPv4, IPv6) and held fragments.
+struct Tables {
+    conn4: Conn4,
+    conn6: Conn6,
+    frags: FragTable,
+}
+
+/// One load-balancer worker: a [`Stage`] of the engine.
+pub struct LbWorker {
+    id: usize,
+    snap: Cached<Snapshot>,
+    tables: Tables,
+    scratch: Scratch,
+    stats: Arc<WorkerStats>,
+    seed: u64,
+    idle_ms: u32,
+    ident: u16,
+    sweep4: usize,
+    sweep6: usize,
+    /// Burst time (ms) of the last expiry sweep step.
+    swept_ms: u32,
+    /// Connection-table slots (IPv4, IPv6), fixed at construction.
+    slots: (usize, usize),
+    tracer: Option<Box<dyn Tracer>>,
+    /// Where forwarded packets leave, as a [`Stage`]: the port they came in on (`None`, a
+    /// one-armed balancer) or a fixed port.
+    output: Option<usize>,
+}
+
+/// Why a worker could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A connection table could not be allocated.
+    #[error("connection table: {0}")]
+    Table(#[from] fp_cuckoo::Error),
+}
+
+impl LbWorker {
+    /// A worker following `snapshots`. Table sizes come from the snapshot's configuration; the
+    /// connection tables use `table_seed` (keep it secret: it decides bucket placement).
+    pub fn new(
+        id: usize,
+        snapshots: Arc<Published<Snapshot>>,
+        table_seed: u64,
+    ) -> Result<LbWorker, WorkerError> {
+        let snap = Cached::new(snapshots);
+        let b = &snap.get().config.balancer;
+        let seed = b.seed;
+        let (conn4, _) = GeneralMap::<[u8; 13], u64>::new(
+            &TableConfig::with_capacity(b.conn_capacity).seed(table_seed),
+        )?;
+        let (conn6, _) = GeneralMap::<[u8; 37], u64>::new(
+            &TableConfig::with_capacity(b.conn_capacity_v6).seed(table_seed ^ 1),
+        )?;
+        let frags = FragTable::new(
+            b.frag_capacity,
+            b.frag_timeout_ms as u64 * 1_000_000,
+            table_seed ^ 2,
+        );
+        let stats = Arc::new(WorkerStats::new(b.max_vips, b.max_backends));
+        let idle_ms = b.conn_idle_timeout_ms;
+        let slots = (conn4.stats().slots, conn6.stats().slots);
+        stats.set_occupancy((0, 0), slots);
+        stats.set_state(0, snap.get().generation);
+        Ok(LbWorker {
+            id,
+            snap,
+            tables: Tables {
+                conn4,
+                conn6,
+                frags,
+            },
+            scratch: Scratch::new(),
+            stats,
+            seed,
+            idle_ms,
+            ident: 0,
+            sweep4: 0,
+            sweep6: 0,
+            swept_ms: 0,
+            slots,
+            tracer: None,
+            output: None,
+        })
+    }
+
+    /// The worker's counters (share the `Arc` with a metrics reader).
+    pub fn stats(&self) -> &Arc<WorkerStats> {
+        &self.stats
+    }
+
+    /// Install a packet tracer.
+    pub fn set_tracer(&mut self, t: Box<dyn Tracer>) {
+        self.tracer = Some(t);
+    }
+
+    /// As a [`Stage`], send forwarded packets to port `port` instead of back out of the port they
+    /// came in on (an offline run: capture in on port 0, encapsulated packets out on port 1).
+    pub fn set_output(&mut self, port: usize) {
+        self.output = Some(port);
+    }
+
+    /// Tracked connections (IPv4, IPv6).
+    pub fn connections(&self) -> (usize, usize) {
+        (self.tables.conn4.len(), self.tables.conn6.len())
+    }
+
+    /// Connection-table sizes in slots (IPv4, IPv6).
+    pub fn connection_slots(&self) -> (usize, usize) {
+        self.slots
+    }
+
+    /// Fragments currently held waiting for their first fragment.
+    pub fn held_fragments(&self) -> usize {
+        self.tables.frags.held()
+    }
+
+    /// The generation of the snapshot the worker forwards with.
+    pub fn generation(&self) -> u64 {
+        self.snap.get().generation
+    }
+
+    /// Process one burst: every packet of `rx` ends up in `tx` (forwarded) or back in `pool`
+    /// (dropped, counted), or held in the fragment table. `now_ns` is the burst's time.
+    ///
+    /// Four stages over the burst: (1) parse, match VIPs, route fragments and collect connection
+    /// keys; (2) look all keys up at once, batched and prefetched; (3) decide, record and emit
+    /// each packet; (4) housekeeping paced by the clock.
+    pub fn process(
+        &mut self,
+        rx: &mut Vec<Packet>,
+        tx: &mut Vec<Packet>,
+        pool: &mut Pool,
+        now_ns: u64,
+    ) {
+        if self.snap.refresh() {
+            // A reload may change the idle timeout (table sizes stay until a restart).
+            self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
+            self.stats
+                .set_state(self.tables.frags.held(), self.snap.get().generation);
+        }
+        let Self {
+            id,
+            snap,
+            tables,
+            scratch,
+            stats,
+            seed,
+            ident,
+            tracer,
+            ..
+        } = self;
+        let snap: &Snapshot = snap.get();
+        let mut out = Emitter {
+            snap,
+            stats,
+            tx,
+            pool,
+            ident,
+            seed: *seed,
+        };
+        out.stats.burst(rx.len());
+        scratch.pending.clear();
+        scratch.keys4.clear();
+        scratch.keys6.clear();
+        scratch.syns = 0;
+        let mut rx_bytes = 0u64;
+        let rx_packets = rx.len() as u64;
+        for p in rx.drain(..) {
+            rx_bytes += p.len() as u64;
+            classify(p, &mut out, tables, scratch, now_ns);
+        }
+        stats.count(Outcome::Rx, rx_packets);
+        stats.count(Outcome::RxBytes, rx_bytes);
+        lookup(tables, scratch);
+        let mut d = Decide {
+            worker: *id,
+            now_ns,
+            now_ms: (now_ns / 1_000_000) as u32,
+            tracer: tracer.as_deref_mut(),
+        };
+        // Taken out (and put back, with its capacity) so `decide` can borrow the rest of `scratch`.
+        let mut pending = std::mem::take(&mut scratch.pending);
+        for (i, p) in pending.drain(..).enumerate() {
+            decide(&mut d, i, p, &mut out, tables, scratch);
+        }
+        scratch.pending = pending;
+        self.housekeeping(now_ns, pool);
+    }
+
+    /// Stage 4: the expiry sweeps, paced by the clock, and the occupancy gauges.
+    #[inline]
+    fn housekeeping(&mut self, now_ns: u64, pool: &mut Pool) {
+        let now_ms = (now_ns / 1_000_000) as u32;
+        let due = now_ms.wrapping_sub(self.swept_ms);
+        if due >= SWEEP_EVERY_MS {
+            self.swept_ms = now_ms;
+            let due = due.min(SWEEP_CATCH_UP_MS) as usize;
+            self.tables
+                .frags
+                .sweep(now_ns, SWEEP_FRAGS_PER_MS * due, &mut self.scratch.expired);
+            self.expire(now_ms, due);
+        }
+        if !self.scratch.expired.is_empty() {
+            self.stats
+                .count(Outcome::FragExpired, self.scratch.expired.len() as u64);
+            pool.put_all(&mut self.scratch.expired);
+        }
+        self.stats.set_occupancy(self.connections(), self.slots);
+    }
+
+    /// Advance the connection-expiry sweep by `buckets` buckets of each table and publish the
+    /// worker's gauges. The driver calls this on its clock, so entries expire even without
+    /// traffic.
+    pub fn maintain(&mut self, now_ns: u64, pool: &mut Pool) {
+        let now_ms = (now_ns / 1_000_000) as u32;
+        self.expire_buckets(now_ms, 4096);
+        self.tables
+            .frags
+            .sweep(now_ns, 1024, &mut self.scratch.expired);
+        self.stats
+            .count(Outcome::FragExpired, self.scratch.expired.len() as u64);
+        pool.put_all(&mut self.scratch.expired);
+        self.stats.set_occupancy(self.connections(), self.slots);
+        self.stats
+            .set_state(self.tables.frags.held(), self.snap.get().generation);
+    }
+
+    /// `ms` milliseconds' worth of the connection-expiry sweep: enough buckets of each table that
+    /// a pass over it takes a quarter of the idle timeout (at most [`SWEEP_PASS_MAX_MS`]).
+    fn expire(&mut self, now_ms: u32, ms: usize) {
+        let pass_ms = (self.idle_ms / 4).clamp(1, SWEEP_PASS_MAX_MS) as usize;
+        let buckets =
+            (self.tables.conn4.buckets().max(self.tables.conn6.buckets()) * ms).div_ceil(pass_ms);
+        self.expire_buckets(now_ms, buckets);
+    }
+
+    /// Visit `buckets` buckets of each connection table, removing idle entries.
+    fn expire_buckets(&mut self, now_ms: u32, buckets: usize) {
+        let idle = self.idle_ms;
+        let mut n = 0u64;
+        let keep = |_: &[u8; 13], v: &u64| {
+            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
+            n += !live as u64;
+            live
+        };
+        self.sweep4 = self.tables.conn4.retain_range(self.sweep4, buckets, keep);
+        let keep6 = |_: &[u8; 37], v: &u64| {
+            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
+            n += !live as u64;
+            live
+        };
+        self.sweep6 = self.tables.conn6.retain_range(self.sweep6, buckets, keep6);
+        self.stats.count(Outcome::ConnExpired, n);
+    }
+}
+
+impl Stage for LbWorker {
+    #[inline]
+    fn process(
+        &mut self,
+        port: usize,
+        rx: &mut Vec<Packet>,
+        out: &mut Outputs,
+        pool: &mut Pool,
+        now_ns: u64,
+    ) {
+        let to = self.output.unwrap_or(port);
+        LbWorker::process(self, rx, out.to(to), pool, now_ns);
+    }
+
+    fn maintain(&mut self, now_ns: u64, _out: &mut Outputs, pool: &mut Pool) {
+        LbWorker::maintain(self, now_ns, pool);
+    }
+}
+
+/// Where a burst's packets go out: the snapshot they are forwarded with, the counters, the
+/// transmit burst and the buffer pool, and the outer IPv4 identification counter.
+struct Emitter<'a> {
+    snap: &'a Snapshot,
+    stats: &'a WorkerStats,
+    tx: &'a mut Vec<Packet>,
+    pool: &'a mut Pool,
+    ident: &'a mut u16,
+    seed: u64,
+}
+
+impl Emitter<'_> {
+    /// Drop `p`, counted under `why`.
+    #[inline]
+    fn drop(&mut self, p: Packet, why: Outcome) {
+        self.stats.count(why, 1);
+        self.pool.put(p);
+    }
+
+    /// Encapsulate `p` (whose IP packet lies at `l3` in the frame) toward `backend` of `vip` and
+    /// queue it for transmission (or drop it, counted).
+    #[inline]
+    fn packet(&mut self, mut p: Packet, l3: (u16, u16), vip: u32, backend: u32, key: &FlowKey) {
+        let snap = self.snap;
+        let stats = self.stats;
+        let Some(pre) = snap.encap(vip, backend) else {
+            self.drop(p, Outcome::NoBackend);
+            return;
+        };
+        let inner_len = (l3.1 - l3.0) as u64;
+        let start = p.start();
+        let inner = start + l3.0 as usize..start + l3.1 as usize;
+        *self.ident = self.ident.wrapping_add(1);
+        let r = if let Some(t) = &pre.template {
+            t.encapsulate(p.buffer(), inner.clone(), *self.ident)
+        } else if snap.vips[vip as usize].encap == EncapKind::L2Dsr {
+            fp_wire::ethernet::rewrite_macs(p.data_mut(), pre.encap.l2.dst, pre.encap.l2.src)
+                .map(|_| start)
+        } else {
+            let needs_hash = matches!(pre.encap.ip, fp_wire::encap::OuterIp::V6 { .. })
+                || matches!(pre.encap.tunnel, fp_wire::encap::Tunnel::Vxlan { .. });
+            let flow_hash = if needs_hash { key.hash(self.seed) } else { 0 };
+            pre.encap
+                .encapsulate(p.buffer(), inner.clone(), flow_hash, *self.ident)
+        };
+        match r {
+            Ok(new_start) if new_start != start => p.set_frame(new_start, inner.end - new_start),
+            Ok(_) => {}
+            Err(_) => {
+                self.drop(p, Outcome::EncapFailed);
+                return;
+            }
+        }
+        stats.count(Outcome::Tx, 1);
+        stats.count(Outcome::TxBytes, p.len() as u64);
+        if let Some(c) = stats.vip(vip as usize) {
+            c.packets.inc();
+            c.bytes.add(inner_len);
+        }
+        if let Some(c) = stats.backend(backend as usize) {
+            c.packets.inc();
+            c.bytes.add(inner_len);
+        }
+        self.tx.push(p);
+    }
+
+    /// Send a fragment to the balancer that owns its datagram, GRE-encapsulated with recursion
+    /// control 1 (see [`crate::snapshot::ClusterState::redirect`]).
+    #[cold]
+    fn redirect(
+        &mut self,
+        c: &crate::snapshot::ClusterState,
+        owner: usize,
+        mut p: Packet,
+        s: &PacketSummary,
+    ) {
+        let Some(e) = c.redirect(owner, s.dst()) else {
+            self.drop(p, Outcome::EncapFailed);
+            return;
+        };
+        let start = p.start();
+        let inner = start + s.l3_offset as usize..start + s.l3_end();
+        *self.ident = self.ident.wrapping_add(1);
+        match e.encapsulate(p.buffer(), inner.clone(), 0, *self.ident) {
+            Ok(new_start) => {
+                p.set_frame(new_start, inner.end - new_start);
+                self.stats.count(Outcome::FragRedirected, 1);
+                self.stats.count(Outcome::Tx, 1);
+                self.stats.count(Outcome::TxBytes, p.len() as u64);
+                self.tx.push(p);
+            }
+            Err(_) => self.drop(p, Outcome::EncapFailed),
+        }
+    }
+}
+
+/// Stage 1 for one packet: parse, match a VIP, route fragments; a packet that needs its
+/// connection looked up is queued in `scratch.pending` with its key.
+#[inline(always)]
+fn classify(
+    mut p: Packet,
+    out: &mut Emitter<'_>,
+    tables: &mut Tables,
+    scratch: &mut Scratch,
+    now_ns: u64,
+) {
+    let snap = out.snap;
+    let stats = out.stats;
+    // On a live interface, a unicast frame to another MAC reaches us only when a bridge floods it
+    // (e.g. to a failed balancer's address): forwarding it would duplicate it.
+    if let (Some(m), Some(dst)) = (snap.local_mac, p.data().get(..6)) {
+        if dst[0] & 1 == 0 && dst != m.0 {
+            out.drop(p, Outcome::OtherHost);
+            return;
+        }
+    }
+    // Used in place: copying the summary out of the result would re-read, as wide loads, fields
+    // the parser has just stored one by one (a store-forwarding stall per packet).
+    let mut parsed = PacketSummary::parse(p.data());
+    let s = match &mut parsed {
+        Ok(s) => s,
+        Err(e) => {
+            stats.parse_error(*e);
+            out.pool.put(p);
+            return;
+        }
+    };
+    // Scale-out (Maglev §4.3): fragments meet on the balancer that owns their datagram.
+    if let Some(c) = &snap.cluster {
+        let mut redirected = false;
+        if s.protocol == IpProtocol::GRE {
+            if let Some(inner) = unwrap_redirect(&mut p, s, snap) {
+                stats.count(Outcome::FragRedirectIn, 1);
+                *s = inner;
+                redirected = true;
+            }
+        }
+        if s.is_fragment() && !redirected && snap.match_vip(s.dst(), None, s.protocol).is_some() {
+            // An owner whose MAC is not yet resolved (e.g. just after start) cannot be reached:
+            // the fragment is balanced here, where a router hashing by addresses sends its
+            // datagram's other fragments too.
+            let owner = c.owner(&s.three_tuple());
+            if owner != c.me && c.reachable(owner) {
+                out.redirect(c, owner, p, s);
+                return;
+            }
+        }
+    }
+    if s.is_non_first_fragment() {
+        non_first_fragment(p, s, out, tables, scratch, now_ns);
+        return;
+    }
+    // The flow this packet belongs to: its own 5-tuple, or for an ICMP error the connection it
+    // quotes, seen from the client's side.
+    let icmp_error = s.is_icmp_error();
+    let key = if icmp_error {
+        match s.icmp_quoted(p.data()) {
+            Ok(q) => q.flow_key().reversed(),
+            Err(_) => s.flow_key(),
+        }
+    } else {
+        s.flow_key()
+    };
+    let (dst, port, proto) = key_target(&key);
+    let vip = if s.has_ports() || icmp_error {
+        snap.match_vip(dst, Some(port), proto)
+    } else {
+        None
+    };
+    let Some(vip) = vip else {
+        out.drop(p, Outcome::NonVip);
+        return;
+    };
+    let slot = match &key {
+        FlowKey::V4(k) => {
+            scratch.keys4.push(k.to_bytes());
+            scratch.keys4.len() - 1
+        }
+        FlowKey::V6(k) => {
+            scratch.keys6.push(k.to_bytes());
+            scratch.keys6.len() - 1
+        }
+    };
+    // A SYN opens a connection and will need a Maglev selection in stage 3: hash it now and
+    // prefetch its table entry, which the burst's connection lookups would otherwise evict
+    // before stage 3 reads it.
+    let i = scratch.pending.len();
+    if s.tcp_flags.contains(TcpFlags::SYN) && !s.tcp_flags.intersects(TcpFlags::ACK) {
+        let h = key.hash(out.seed);
+        scratch.hashes[i] = h;
+        scratch.syns |= 1 << i;
+        snap.vips[vip as usize].prefetch_select(h);
+    }
+    let frag = s.fragment.map(|f| (f.ident, piece(s)));
+    scratch.pending.push(Pending {
+        pkt: p,
+        key,
+        vip,
+        slot: slot as u16,
+        l3: l3_of(s),
+        frag,
+    });
+}
+
+/// A non-first fragment: forwarded with its datagram's decision if the first fragment came
+/// already, else held until it does.
+#[inline]
+fn non_first_fragment(
+    p: Packet,
+    s: &PacketSummary,
+    out: &mut Emitter<'_>,
+    tables: &mut Tables,
+    scratch: &mut Scratch,
+    now_ns: u64,
+) {
+    let (Some(fk), true) = (
+        s.fragment_key(),
+        out.snap.match_vip(s.dst(), None, s.protocol).is_some(),
+    ) else {
+        out.drop(p, Outcome::NonVip);
+        return;
+    };
+    match tables
+        .frags
+        .non_first(&fk, p, piece(s), now_ns, &mut scratch.expired)
+    {
+        FragAction::Forward(d, p) => {
+            out.stats.count(Outcome::FragForwarded, 1);
+            out.packet(p, l3_of(s), d.vip, d.backend, &s.flow_key());
+        }
+        FragAction::Held => out.stats.count(Outcome::FragHeld, 1),
+        FragAction::TableFull(p) => out.drop(p, Outcome::FragTableFull),
+        FragAction::HoldFull(p) => out.drop(p, Outcome::FragHoldFull),
+    }
+}
+
+/// Stage 2: batched, prefetched connection lookups (CuckooSwitch Algorithm 3).
+#[inline(always)]
+fn lookup(tables: &mut Tables, scratch: &mut Scratch) {
+    let n4 = scratch.keys4.len();
+    let n6 = scratch.keys6.len();
+    tables
+        .conn4
+        .get_batch(&scratch.keys4, &mut scratch.vals4[..n4]);
+    tables
+        .conn6
+        .get_batch(&scratch.keys6, &mut scratch.vals6[..n6]);
+}
+
+/// What stage 3 needs besides the tables: the burst's time, the tracer.
+struct Decide<'a> {
+    worker: usize,
+    now_ns: u64,
+    now_ms: u32,
+    tracer: Option<&'a mut (dyn Tracer + 'static)>,
+}
+
+/// Stage 3 for the `i`-th pending packet: reuse the connection's backend or select one with
+/// Maglev, record it, trace, encapsulate, emit (and release fragments that waited for it).
+#[inline(always)]
+fn decide(
+    d: &mut Decide<'_>,
+    i: usize,
+    pending: Pending,
+    out: &mut Emitter<'_>,
+    tables: &mut Tables,
+    scratch: &mut Scratch,
+) {
+    let Pending {
+        pkt,
+        key,
+        vip,
+        slot,
+        l3,
+        frag,
+    } = pending;
+    let snap = out.snap;
+    let stats = out.stats;
+    let slot = slot as usize;
+    let vs = &snap.vips[vip as usize];
+    let found = match key {
+        FlowKey::V4(_) => scratch.vals4[slot],
+        FlowKey::V6(_) => scratch.vals6[slot],
+    };
+    let (backend, outcome, maglev_slot) = match found {
+        Some(v) if vs.serves(entry_backend(v)) => {
+            stats.count(Outcome::ConnHit, 1);
+            if d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
+                let e = entry(entry_backend(v), d.now_ms);
+                let _ = match key {
+                    FlowKey::V4(_) => tables.conn4.update(scratch.keys4[slot], e),
+                    FlowKey::V6(_) => tables.conn6.update(scratch.keys6[slot], e),
+                };
+            }
+            (entry_backend(v), "hit", None)
+        }
+        other => {
+            let (outcome, label) = if other.is_some() {
+                (Outcome::ConnReselect, "reselect")
+            } else {
+                (Outcome::ConnMiss, "miss")
+            };
+            stats.count(outcome, 1);
+            let h = if scratch.syns >> i & 1 != 0 {
+                scratch.hashes[i]
+            } else {
+                key.hash(out.seed)
+            };
+            let Some((b, mslot)) = vs.select(h) else {
+                out.drop(pkt, Outcome::NoBackend);
+                return;
+            };
+            let e = entry(b, d.now_ms);
+            let r = match key {
+                FlowKey::V4(_) => tables.conn4.insert(scratch.keys4[slot], e),
+                FlowKey::V6(_) => tables.conn6.insert(scratch.keys6[slot], e),
+            };
+            match r {
+                Ok(_) => {
+                    stats.count(Outcome::ConnInsert, 1);
+                    if let Some(c) = stats.vip(vip as usize) {
+                        c.connections.inc();
+                    }
+                    if let Some(c) = stats.backend(b as usize) {
+                        c.connections.inc();
+                    }
+                }
+                Err(_) => stats.count(Outcome::ConnFull, 1),
+            }
+            (b, label, Some(mslot))
+        }
+    };
+    if let Some(t) = d.tracer.as_deref_mut() {
+        if t.wants(pkt.data(), &key) {
+            stats.count(Outcome::Traced, 1);
+            t.record(TraceRecord {
+                worker: d.worker,
+                generation: snap.generation,
+                flow: key,
+                vip: vs.name.clone(),
+                conn: if frag.is_some() { "fragment" } else { outcome },
+                maglev_slot,
+                backend: snap.backend(backend).map(|b| b.address),
+                encap: vs.encap.to_string(),
+            });
+        }
+    }
+    let Some((ident_no, pc)) = frag else {
+        out.packet(pkt, l3, vip, backend, &key);
+        return;
+    };
+    let fk = FragmentKey {
+        tuple: key.three_tuple(),
+        ident: ident_no,
+    };
+    scratch.release.clear();
+    tables.frags.decide(
+        &fk,
+        Decision { vip, backend },
+        pc,
+        d.now_ns,
+        &mut scratch.release,
+        &mut scratch.expired,
+    );
+    out.packet(pkt, l3, vip, backend, &key);
+    // Fragments that overtook their first fragment follow it now.
+    for held in scratch.release.drain(..) {
+        match PacketSummary::parse(held.data()) {
+            Ok(hs) => {
+                stats.count(Outcome::FragForwarded, 1);
+                out.packet(held, l3_of(&hs), vip, backend, &key);
+            }
+            Err(e) => {
+                stats.parse_error(e);
+                out.pool.put(held);
+            }
+        }
+    }
+}
+
+/// A fragment another balancer redirected to this one (Maglev §4.3): GRE with recursion control
+/// set, whose inner packet is a fragment to a VIP, addressed (outer and inner) to that VIP. The
+/// outer IP and GRE headers are stripped in place (the Ethernet header moves up to the inner
+/// packet) and the inner packet's summary is returned; anything else is left untouched (`None`).
+fn unwrap_redirect(p: &mut Packet, s: &PacketSummary, snap: &Snapshot) -> Option<PacketSummary> {
+    use fp_wire::encap::{decapsulate, InnerKind};
+    if s.is_fragment() {
+        return None;
+    }
+    let d = decapsulate(p.data(), s, 0).ok()?;
+    if d.gre.is_none_or(|g| g.recursion == 0) || d.inner == InnerKind::Ethernet {
+        return None;
+    }
+    let inner = PacketSummary::parse_ip(
+        &p.data()[d.inner_range()],
+        &fp_wire::summary::ParseOptions::DEFAULT,
+    )
+    .ok()?;
+    if !inner.is_fragment()
+        || inner.dst() != s.dst()
+        || snap.match_vip(inner.dst(), None, inner.protocol).is_none()
+    {
+        return None;
+    }
+    let l2 = s.l3_offset as usize;
+    let start = p.start();
+    let new_start = start + d.inner_offset - l2;
+    let ethertype: u16 = if d.inner == InnerKind::Ipv4 {
+        0x0800
+    } else {
+        0x86DD
+    };
+    let buf = p.buffer();
+    buf.copy_within(start..start + l2, new_start);
+    buf[new_start + l2 - 2..new_start + l2].copy_from_slice(&ethertype.to_be_bytes());
+    p.set_frame(new_start, l2 + d.inner_len);
+    PacketSummary::parse(p.data()).ok()
+}
+
+/// Where a fragment's data lies in its datagram.
+fn piece(s: &PacketSummary) -> Piece {
+    let f = s.fragment.unwrap_or(fp_wire::FragmentInfo {
+        ident: 0,
+        offset: 0,
+        more: false,
+    });
+    Piece {
+        offset: f.offset as u32,
+        len: (s.l3_end() as u32).saturating_sub(s.l4_offset as u32),
+        more: f.more,
+    }
+}
+
+/// Destination address, port and protocol of a flow key (what VIPs match on).
+fn key_target(k: &FlowKey) -> (std::net::IpAddr, u16, fp_wire::ip::IpProtocol) {
+    match k {
+        FlowKey::V4(k) => (k.dst.into(), k.dst_port, k.protocol),
+        FlowKey::V6(k) => (k.dst.into(), k.dst_port, k.protocol),
+    }
+}
+
+/// The IP packet's place in a frame: (offset, end).
+#[inline(always)]
+fn l3_of(s: &PacketSummary) -> (u16, u16) {
+    (s.l3_offset, s.l3_end() as u16)
+}

@@ -1,0 +1,180 @@
+//! The switch FIB's single writer (CuckooSwitch §3.2: one writer, lock-free readers): it applies
+//! the workers' learn events, keeps static entries, ages learned ones; and the FIB file formats
+//! for preloading large tables.
+
+use crate::worker::Learn;
+use fp_cuckoo::{CompactReader, CompactWriter, InsertError};
+use fp_wire::ethernet::MacAddr;
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+
+/// What the FIB writer did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ControlStats {
+    /// MACs learned.
+    pub learned: u64,
+    /// MACs that moved to another port.
+    pub moved: u64,
+    /// Learned MACs aged out.
+    pub aged: u64,
+    /// Learn events ignored because the MAC is static.
+    pub static_kept: u64,
+    /// Learn events that found the FIB full (the MAC stays unknown and is flooded).
+    pub fib_full: u64,
+}
+
+/// The single writer of the switch FIB: applies learn events, keeps static entries, ages.
+pub struct SwitchControl {
+    fib: CompactWriter,
+    learn: Receiver<Learn>,
+    statics: HashSet<MacAddr>,
+    last_seen: HashMap<MacAddr, u64>,
+    aging_ns: u64,
+    stats: ControlStats,
+}
+
+/// A learn queue: the sender for workers (clone it per worker), the receiver for the writer.
+pub fn learn_queue(capacity: usize) -> (SyncSender<Learn>, Receiver<Learn>) {
+    std::sync::mpsc::sync_channel(capacity)
+}
+
+impl SwitchControl {
+    /// The writer of `fib`, consuming `learn`, aging learned entries after `aging_ns`.
+    pub fn new(fib: CompactWriter, learn: Receiver<Learn>, aging_ns: u64) -> SwitchControl {
+        SwitchControl {
+            fib,
+            learn,
+            statics: HashSet::new(),
+            last_seen: HashMap::new(),
+            aging_ns,
+            stats: ControlStats::default(),
+        }
+    }
+
+    /// Add a static entry: learning never overrides it and it never ages.
+    pub fn add_static(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
+        self.fib.insert(mac.to_u64(), port)?;
+        self.statics.insert(mac);
+        self.last_seen.remove(&mac);
+        Ok(())
+    }
+
+    /// Insert an entry that neither ages nor is protected from learning (bulk preload).
+    pub fn preload(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
+        self.fib.insert(mac.to_u64(), port).map(|_| ())
+    }
+
+    /// Apply every queued learn event; returns how many.
+    pub fn drain(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.learn.try_recv() {
+                Ok(e) => {
+                    self.apply(e);
+                    n += 1;
+                }
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return n,
+            }
+        }
+    }
+
+    fn apply(&mut self, e: Learn) {
+        if self.statics.contains(&e.mac) {
+            self.stats.static_kept += 1;
+            return;
+        }
+        let key = e.mac.to_u64();
+        match self.fib.get(key) {
+            Some(p) if p == e.port => {}
+            Some(_) => {
+                if self.fib.update(key, e.port).is_ok() {
+                    self.stats.moved += 1;
+                }
+            }
+            None => match self.fib.insert(key, e.port) {
+                Ok(_) => self.stats.learned += 1,
+                Err(_) => {
+                    self.stats.fib_full += 1;
+                    return;
+                }
+            },
+        }
+        self.last_seen.insert(e.mac, e.now_ns);
+    }
+
+    /// Remove learned entries not seen for the aging time. Returns how many were removed.
+    pub fn age(&mut self, now_ns: u64) -> usize {
+        let aging = self.aging_ns;
+        let old: Vec<MacAddr> = self
+            .last_seen
+            .iter()
+            .filter(|(_, &t)| now_ns.saturating_sub(t) >= aging)
+            .map(|(&m, _)| m)
+            .collect();
+        for m in &old {
+            self.last_seen.remove(m);
+            self.fib.remove(m.to_u64());
+        }
+        self.stats.aged += old.len() as u64;
+        old.len()
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> ControlStats {
+        self.stats
+    }
+
+    /// A reader of the FIB.
+    pub fn reader(&self) -> CompactReader {
+        self.fib.reader()
+    }
+
+    /// The FIB entry of `mac`.
+    pub fn lookup(&self, mac: MacAddr) -> Option<u16> {
+        self.fib.get(mac.to_u64())
+    }
+
+    /// FIB occupancy and size.
+    pub fn fib_stats(&self) -> fp_cuckoo::Stats {
+        self.fib.stats()
+    }
+}
+
+/// Load FIB entries from text: one `aa:bb:cc:dd:ee:ff PORT` per line (`#` comments). Returns the
+/// entries, or the line number and what is wrong.
+pub fn parse_fib_text(text: &str) -> Result<Vec<(MacAddr, u16)>, String> {
+    let mut v = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut it = line.split_whitespace();
+        let (Some(m), Some(p), None) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("line {}: expected `MAC PORT`", i + 1));
+        };
+        let mac: MacAddr = m
+            .parse()
+            .map_err(|_| format!("line {}: {m:?} is not a MAC address", i + 1))?;
+        let port: u16 = p
+            .parse()
+            .map_err(|_| format!("line {}: {p:?} is not a port number", i + 1))?;
+        v.push((mac, port));
+    }
+    Ok(v)
+}
+
+/// The binary FIB file format for very large preloads: a sequence of little-endian u64 records,
+/// each `mac << 16 | port`. Returns the entries of `bytes` (its length must be a multiple of 8).
+pub fn parse_fib_binary(bytes: &[u8]) -> Result<impl Iterator<Item = (MacAddr, u16)> + '_, String> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(format!(
+            "binary FIB of {} bytes is not a whole number of 8-byte records",
+            bytes.len()
+        ));
+    }
+    Ok(bytes.chunks_exact(8).map(|c| {
+        let r = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        (MacAddr::from_u64(r >> 16), r as u16)
+    }))
+}

@@ -1,0 +1,52 @@
+//! The CuckooSwitch Ethernet switch, an application on flowplane's engine (Zhou et al., CoNEXT
+//! 2013, §3: "a software-based Ethernet switch designed around a memory-efficient,
+//! high-performance, and highly-concurrent hash table").
+//!
+//! * [`worker`]: one [`worker::SwitchWorker`] per core reads its queue of every port and looks
+//!   up the destination (and, learning, source) MACs of a whole burst at once in the shared
+//!   cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3), then hands each frame to its
+//!   output port's burst; unknown unicast, broadcast and multicast are flooded, never back out of
+//!   the ingress port.
+//! * [`fib`]: the FIB's single writer (§3.2: one writer, lock-free readers with version
+//!   counters): it applies the workers' learn events, keeps static entries, ages learned ones; and
+//!   the FIB file formats for preloading the paper's very large tables.
+//! * [`app`]: `flowplane switch --ports IF1,IF2,...` — the worker as a stage of the engine's driver
+//!   on live ports, the writer on the control thread, metrics, the packet tracer and status over
+//!   HTTP.
+//!
+//! # Example
+//!
+//! ```
+//! use fp_cuckoo::{CompactMap, Config};
+//! use fp_pipeline::packet::{burst, Pool};
+//! use fp_switch::fib::{learn_queue, SwitchControl};
+//! use fp_switch::worker::SwitchWorker;
+//! use fp_wire::ethernet::MacAddr;
+//!
+//! let (writer, reader) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
+//! let (learn_tx, learn_rx) = learn_queue(64);
+//! let aging_ns = 300_000_000_000;
+//! let mut fib = SwitchControl::new(writer, learn_rx, aging_ns);
+//! let b: MacAddr = "02:00:00:00:00:0b".parse().unwrap();
+//! fib.add_static(b, 2).unwrap();
+//! let mut worker = SwitchWorker::new(reader, 3, learn_tx, aging_ns);
+//!
+//! // A frame from A (port 0) to B: forwarded to port 2 only, and A is learned on port 0.
+//! let mut frame = [0u8; 60];
+//! frame[..6].copy_from_slice(&b.0);
+//! frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x0a]);
+//! let (mut pool, mut rx) = (Pool::new(8), burst());
+//! let mut tx = vec![burst(), burst(), burst()];
+//! let mut p = pool.get().unwrap();
+//! p.fill(&frame);
+//! rx.push(p);
+//! worker.process(0, &mut rx, &mut tx, &mut pool, 1);
+//! assert_eq!(tx.iter().map(Vec::len).collect::<Vec<_>>(), [0, 0, 1]);
+//! fib.drain();
+//! assert_eq!(fib.lookup("02:00:00:00:00:0a".parse().unwrap()), Some(0));
+//! ```
+#![deny(unsafe_code)]
+
+pub mod app;
+pub mod fib;
+pub mod worker;
