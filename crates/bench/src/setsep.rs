@@ -34,12 +34,10 @@
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
 use anyhow::{anyhow, Context, Result};
-use fp_cluster::wire::EthFrame;
-use fp_cluster::{
-    Burst, ClusterConfig, ExternalPort, Frames, GenPort, Mode, Sink, Update, MAX_HOPS,
-};
+use fp_cluster::{ClusterConfig, Frames, GenPort, Mode, Update, MAX_HOPS};
 use fp_setsep::peer::SuxVFunc;
 use fp_setsep::{Config, SetSep, Updater};
+use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -497,7 +495,7 @@ fn cluster_entries(n: usize, nodes: u8, seed: u64) -> Vec<(u64, u8, u16)> {
         .map(|i| {
             let m = (i ^ (seed & 0xFFFF)).wrapping_mul(0x9E37_79B9_7F4B) & ((1 << 47) - 1);
             let k = (m & ((1 << 40) - 1)) | ((m >> 40) << 41);
-            debug_assert!(!fp_cluster::wire::is_group(fp_cluster::wire::key_to_mac(k)));
+            debug_assert!(!MacAddr::from_u64(k).is_multicast());
             let h = fp_hash::splitmix64(k ^ seed);
             (
                 k,
@@ -529,19 +527,15 @@ fn cluster_case(
     let es = cluster_entries(n, nodes, seed);
     let stamps = Arc::new(AtomicU64::new(0));
     let per_node = packets / nodes as u64;
-    let ports: Vec<GenPort> = (0..nodes)
+    let ports: Vec<Vec<GenPort>> = (0..nodes)
         .map(|i| {
             let keys: Vec<u64> = (0..65_536u64)
                 .map(|j| {
                     es[(fp_hash::splitmix64(j ^ ((i as u64) << 40) ^ seed) % n as u64) as usize].0
                 })
                 .collect();
-            GenPort::new(
-                Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
-                per_node,
-                stamps.clone(),
-                Sink::new(PORTS as usize, false),
-            )
+            let frames = Frames::to_keys(&keys, FRAME, MacAddr([2, 0, 0, 0, 0, i]));
+            GenPort::node(PORTS, frames, per_node, &stamps, false)
         })
         .collect();
     let mut cfg = ClusterConfig::new(nodes, mode, PORTS, n);
@@ -559,8 +553,8 @@ fn cluster_case(
     let mut best = 0f64;
     for rep in 0..reps {
         if rep > 0 {
-            for node in &mut c.nodes {
-                node.port.add_limit(per_node);
+            for i in 0..nodes as usize {
+                c.external_mut(i, 0).add_limit(per_node);
             }
         }
         let before = c.counters().emitted;
@@ -589,7 +583,7 @@ fn cluster_case(
         gpt += m.gpt_bytes;
         entries += m.fib_entries;
     }
-    let hops: u64 = c.nodes.iter().map(|x| x.port.sink.hops()).sum();
+    let hops: u64 = c.hops();
     Ok(ClusterResult {
         mpps: best,
         hops: hops as f64 / emitted.max(1) as f64,
@@ -718,43 +712,6 @@ fn cluster(a: &SetsepArgs, report: &mut Report) -> Result<Option<f64>> {
 // ---------------------------------------------------------------------------------------------
 // Live updates
 
-/// External ports that note the key of every frame that enters (by stamp), so that the check can
-/// account for frames the cluster dropped, not only for those it emitted (allocates per frame, like
-/// the sink's log: part of the measurement harness, not of the data path).
-struct Tap {
-    gen: GenPort,
-    /// (stamp, key) of every frame that entered here.
-    entered: Vec<(u64, u64)>,
-}
-
-impl ExternalPort for Tap {
-    fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        let start = burst.len();
-        let n = self.gen.rx_burst(burst);
-        for i in start..start + n {
-            if let Ok(f) = EthFrame::new_checked(burst.get(i)) {
-                if let Some(s) = f.payload().get(..8) {
-                    let stamp = u64::from_le_bytes(s.try_into().unwrap_or([0xFF; 8]));
-                    self.entered.push((stamp, f.dst_key()));
-                }
-            }
-        }
-        n
-    }
-
-    fn tx(&mut self, port: u16, frame: &[u8], hops: u8) {
-        self.gen.tx(port, frame, hops)
-    }
-
-    fn ports(&self) -> u16 {
-        self.gen.ports()
-    }
-
-    fn flush(&mut self) {
-        self.gen.flush()
-    }
-}
-
 /// What the live check saw.
 #[derive(Default, Debug)]
 struct LiveCheck {
@@ -790,7 +747,9 @@ fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
     // The traffic goes to all of them, present or not.
     let pool = cluster_entries(n + n / 4, nodes, a.common.seed ^ 0x11);
     let stamps = Arc::new(AtomicU64::new(0));
-    let ports: Vec<Tap> = (0..nodes)
+    // The ports log what enters too (allocating per frame, like the sinks' logs: part of the
+    // measurement harness, not of the data path), so the check accounts for dropped frames.
+    let ports: Vec<Vec<GenPort>> = (0..nodes)
         .map(|i| {
             let keys: Vec<u64> = (0..65_536u64)
                 .map(|j| {
@@ -798,15 +757,8 @@ fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
                         .0
                 })
                 .collect();
-            Tap {
-                gen: GenPort::new(
-                    Frames::to_keys(&keys, FRAME, [2, 0, 0, 0, 0, i]),
-                    per_node,
-                    stamps.clone(),
-                    Sink::new(PORTS as usize, true),
-                ),
-                entered: Vec::with_capacity(per_node as usize),
-            }
+            let frames = Frames::to_keys(&keys, FRAME, MacAddr([2, 0, 0, 0, 0, i]));
+            GenPort::node(PORTS, frames, per_node, &stamps, true)
         })
         .collect();
     let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, pool.len());
@@ -860,19 +812,24 @@ fn live(a: &SetsepArgs, report: &mut Report) -> Result<()> {
     let mut entered: Vec<Option<(u64, u8)>> = vec![None; total as usize];
     let mut out: Vec<Option<(u8, u16, u8)>> = vec![None; total as usize];
     let mut ck = LiveCheck::default();
-    for node in &c.nodes {
-        for &(s, k) in &node.port.entered {
-            if let Some(e) = entered.get_mut(s as usize) {
-                *e = Some((k, node.id()));
+    for i in 0..nodes as usize {
+        for port in c.externals(i) {
+            for &(s, k) in port.entered.as_deref().unwrap_or(&[]) {
+                if let Some(e) = entered.get_mut(s as usize) {
+                    *e = Some((k, i as u8));
+                }
             }
         }
     }
-    for node in &c.nodes {
-        for d in node.port.gen.sink.log.as_deref().unwrap_or(&[]) {
+    for i in 0..nodes as usize {
+        for d in c
+            .externals(i)
+            .flat_map(|p| p.sink.log.as_deref().unwrap_or(&[]))
+        {
             let s = d.stamp as usize;
             match out.get_mut(s) {
                 Some(o @ None) if entered[s].map(|e| e.0) == Some(d.key) => {
-                    *o = Some((node.id(), d.port, d.hops));
+                    *o = Some((i as u8, d.port, d.hops));
                     ck.emitted += 1;
                     ck.max_hops = ck.max_hops.max(d.hops);
                 }

@@ -1,50 +1,32 @@
-//! Interconnect links. A node talks to the others only through the [`Link`] trait, so the same node
-//! logic runs over the in-memory fabric here and over real interfaces (`live::AfPacketLink`, feature
-//! `live`: one AF_PACKET socket on an interface of a Linux bridge or switch).
+//! The in-memory interconnect: `n` nodes joined by one single-producer single-consumer ring per
+//! ordered pair (what a non-blocking switch gives: no head-of-line blocking between destinations).
+//! Each node's end is a [`FabricPort`], an engine port like any other, so the node's stage runs on
+//! it exactly as on a socket on a real interconnect (`crate::live`).
 //!
-//! [`MemFabric`] connects `n` nodes with one single-producer single-consumer ring per ordered pair
-//! (what a non-blocking switch gives: no head-of-line blocking between destinations). A ring is a
-//! fixed array of frame slots made of `AtomicU64` words: the producer copies a frame into the slot
-//! with relaxed stores and publishes it by advancing `tail` with `Release`; the consumer reads
-//! `tail` with `Acquire`, copies the frame out with relaxed loads and frees the slot by advancing
-//! `head` with `Release`. No unsafe code, no lock, no allocation per frame: on x86 the relaxed
-//! atomics are plain moves. A full ring refuses the frame (the caller counts the drop), like a
-//! switch port.
+//! The port switches by the outer destination MAC the node wrote: a frame to [`node_mac`]`(j)` goes
+//! into the ring towards node `j`; a frame to [`FLOOD_MAC`] into every ring, all or nothing (a
+//! flood is never delivered to some nodes only because one queue was full). A full ring makes the
+//! port stop and leave the rest of the burst (the engine's driver keeps it and offers it again,
+//! first); [`Port::tx_room`] tells the node how much fits, so it takes no new external input while
+//! the interconnect is congested.
+//!
+//! A ring is a fixed array of frame slots made of `AtomicU64` words: the producer copies a frame
+//! into the slot with relaxed stores and publishes it by advancing `tail` with `Release`; the
+//! consumer reads `tail` with `Acquire`, copies the frame out with relaxed loads and frees the slot
+//! by advancing `head` with `Release`. No unsafe code, no lock, no allocation per frame: on x86 the
+//! relaxed atomics are plain moves.
 
-use crate::port::Burst;
-use crate::wire::ALL_NODES;
+use crate::interconnect::{node_mac, FLOOD_MAC};
+use fp_engine::port::{Port, PortStats};
+use fp_pipeline::packet::{Packet, Pool};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Why a frame was not sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
-    /// The queue towards that node is full.
-    #[error("interconnect queue full")]
+/// Why a ring refused a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RingError {
     Full,
-    /// The frame is longer than the link's slots.
-    #[error("frame longer than the link carries")]
     TooLarge,
-    /// No such node.
-    #[error("no such node")]
-    NoRoute,
-}
-
-/// A node's interconnect port.
-pub trait Link: Send {
-    /// Send one frame to node `to`, or to every other node if `to` is [`ALL_NODES`] (all or
-    /// nothing: a flood is never delivered to some nodes only because a queue was full). A link
-    /// may queue the frame until [`flush`](Self::flush).
-    fn send(&mut self, to: u8, frame: &[u8]) -> Result<(), LinkError>;
-    /// Whether at least `frames` more frames fit towards every other node (the node admits a new
-    /// external burst only then, so forwarding rarely meets a full queue).
-    fn room(&self, frames: usize) -> bool;
-    /// Append received frames to `burst` (up to its capacity); returns how many.
-    fn recv(&mut self, burst: &mut Burst) -> usize;
-    /// Frames waiting to be received (for a kernel socket: at least one is waiting, or none).
-    fn pending(&self) -> usize;
-    /// Transmit what [`send`](Self::send) queued. The node calls it at the end of every poll round.
-    fn flush(&mut self) {}
 }
 
 #[repr(align(64))]
@@ -74,14 +56,14 @@ impl Ring {
         }
     }
 
-    fn push(&self, frame: &[u8]) -> Result<(), LinkError> {
+    fn push(&self, frame: &[u8]) -> Result<(), RingError> {
         if frame.len() > self.max_frame {
-            return Err(LinkError::TooLarge);
+            return Err(RingError::TooLarge);
         }
         let t = self.tail.0.load(Ordering::Relaxed);
         let h = self.head.0.load(Ordering::Acquire);
         if t.wrapping_sub(h) >= self.slots {
-            return Err(LinkError::Full);
+            return Err(RingError::Full);
         }
         let base = (t & (self.slots - 1)) * self.slot_words;
         self.data[base].store(frame.len() as u64, Ordering::Relaxed);
@@ -135,180 +117,284 @@ impl Ring {
             .load(Ordering::Acquire)
             .wrapping_sub(self.head.0.load(Ordering::Acquire))
     }
-}
 
-/// The in-memory interconnect of `n` nodes.
-pub struct MemFabric;
-
-impl MemFabric {
-    /// Links for `n` nodes (node `i` gets element `i`), each queue holding `slots` frames of up to
-    /// `max_frame` bytes.
-    pub fn links(n: usize, slots: usize, max_frame: usize) -> Vec<MemLink> {
-        // rings[src][dst]
-        let rings: Vec<Vec<Option<Arc<Ring>>>> = (0..n)
-            .map(|s| {
-                (0..n)
-                    .map(|d| (s != d).then(|| Arc::new(Ring::new(slots, max_frame))))
-                    .collect()
-            })
-            .collect();
-        (0..n)
-            .map(|me| MemLink {
-                me,
-                out: rings[me].clone(),
-                inp: (0..n).filter_map(|s| rings[s][me].clone()).collect(),
-                next: 0,
-            })
-            .collect()
+    fn free(&self) -> usize {
+        self.slots.saturating_sub(self.len())
     }
 }
 
-/// One node's end of a [`MemFabric`].
-pub struct MemLink {
+/// The in-memory interconnect of `n` nodes: node `i`'s port is element `i`; each queue holds
+/// `slots` frames of up to `max_frame` bytes.
+pub fn fabric(n: usize, slots: usize, max_frame: usize) -> Vec<FabricPort> {
+    // rings[src][dst]
+    let rings: Vec<Vec<Option<Arc<Ring>>>> = (0..n)
+        .map(|s| {
+            (0..n)
+                .map(|d| (s != d).then(|| Arc::new(Ring::new(slots, max_frame))))
+                .collect()
+        })
+        .collect();
+    (0..n)
+        .map(|me| FabricPort {
+            me,
+            name: format!("fabric:{me}"),
+            out: rings[me].clone(),
+            inp: (0..n).filter_map(|s| rings[s][me].clone()).collect(),
+            next: 0,
+            stats: PortStats::default(),
+        })
+        .collect()
+}
+
+/// One node's end of the in-memory interconnect.
+pub struct FabricPort {
     me: usize,
+    name: String,
     out: Vec<Option<Arc<Ring>>>,
     inp: Vec<Arc<Ring>>,
     next: usize,
+    stats: PortStats,
 }
 
-impl Link for MemLink {
-    #[inline]
-    fn send(&mut self, to: u8, frame: &[u8]) -> Result<(), LinkError> {
-        if to == ALL_NODES {
-            // This link is the only producer of its rings, so room seen here stays.
+impl FabricPort {
+    /// This port's node.
+    pub fn node(&self) -> usize {
+        self.me
+    }
+
+    /// Frames waiting to be received.
+    pub fn pending(&self) -> usize {
+        self.inp.iter().map(|r| r.len()).sum()
+    }
+
+    /// Put one frame into the ring(s) its destination MAC names.
+    fn send(&self, frame: &[u8]) -> Result<(), RingError> {
+        let dst = frame.get(..6).unwrap_or(&[]);
+        if dst == FLOOD_MAC.0 {
+            // This port is the only producer of its rings, so room seen here stays.
             let mut rings = self.out.iter().flatten();
             if frame.len() > rings.clone().next().map_or(usize::MAX, |r| r.max_frame) {
-                return Err(LinkError::TooLarge);
+                return Err(RingError::TooLarge);
             }
             if !rings.clone().all(|r| r.len() < r.slots) {
-                return Err(LinkError::Full);
+                return Err(RingError::Full);
             }
             return rings.try_for_each(|r| r.push(frame));
         }
-        match self.out.get(to as usize) {
-            Some(Some(r)) => r.push(frame),
-            _ => Err(LinkError::NoRoute),
+        let to = self
+            .out
+            .iter()
+            .enumerate()
+            .find(|(j, _)| dst == node_mac(*j as u8).0)
+            .and_then(|(_, r)| r.as_ref());
+        match to {
+            Some(r) => r.push(frame),
+            // No such node (or this one): not deliverable, dropped.
+            None => Err(RingError::TooLarge),
         }
     }
+}
 
-    fn room(&self, frames: usize) -> bool {
-        self.out
-            .iter()
-            .flatten()
-            .all(|r| r.len() + frames <= r.slots)
+impl Port for FabricPort {
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    fn recv(&mut self, burst: &mut Burst) -> usize {
+    fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
         let mut got = 0;
         let k = self.inp.len();
         // Round robin over the sources, one frame each per turn, until the burst is full or every
         // queue is empty.
         let mut empty = 0;
-        while !burst.is_full() && k > 0 && empty < k {
+        while got < max && k > 0 && empty < k {
             let r = &self.inp[self.next];
             self.next = (self.next + 1) % k;
-            let slot = burst.slot();
-            match r.pop(slot) {
+            if r.len() == 0 {
+                empty += 1;
+                continue;
+            }
+            let Some(mut p) = pool.get() else { break };
+            match r.pop(p.rx_area()) {
                 Some(len) => {
-                    burst.commit(len);
+                    p.set_len(len);
+                    out.push(p);
                     got += 1;
                     empty = 0;
                 }
-                None => empty += 1,
+                None => {
+                    pool.put(p);
+                    empty += 1;
+                }
             }
         }
+        self.stats.rx += got as u64;
         got
     }
 
-    fn pending(&self) -> usize {
-        self.inp.iter().map(|r| r.len()).sum()
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+        let mut sent = 0;
+        let mut taken = 0;
+        for p in batch.iter() {
+            match self.send(p.data()) {
+                Ok(()) => sent += 1,
+                Err(RingError::TooLarge) => self.stats.tx_dropped += 1,
+                // Full: the rest waits, in order.
+                Err(RingError::Full) => break,
+            }
+            taken += 1;
+        }
+        for p in batch.drain(..taken) {
+            pool.put(p);
+        }
+        self.stats.tx += sent as u64;
+        sent
     }
-}
 
-impl MemLink {
-    /// This link's node.
-    pub fn node(&self) -> usize {
-        self.me
+    fn tx_room(&self) -> usize {
+        self.out
+            .iter()
+            .flatten()
+            .map(|r| r.free())
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fp_pipeline::packet::burst;
+
+    /// A frame to node `to` (or to all nodes) whose bytes after the header are `body`.
+    fn frame(to: Option<u8>, body: &[u8]) -> Vec<u8> {
+        let mut f = to.map_or(FLOOD_MAC, node_mac).0.to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn send(p: &mut FabricPort, pool: &mut Pool, frames: &[Vec<u8>]) -> (usize, usize) {
+        let mut b = burst();
+        for f in frames {
+            let mut x = pool.get().unwrap();
+            x.fill(f);
+            b.push(x);
+        }
+        let sent = p.tx_burst(&mut b, pool);
+        let left = b.len();
+        pool.put_all(&mut b);
+        (sent, left)
+    }
+
+    fn recv(p: &mut FabricPort, pool: &mut Pool) -> Vec<Vec<u8>> {
+        let mut b = burst();
+        p.rx_burst(pool, &mut b, 32);
+        let v = b.iter().map(|x| x.data().to_vec()).collect();
+        pool.put_all(&mut b);
+        v
+    }
 
     #[test]
     fn frames_arrive_in_order_and_intact() {
-        let mut links = MemFabric::links(3, 4, 100);
-        let mut b = Burst::new(32, 100);
-        for i in 0..4u8 {
-            let f: Vec<u8> = (0..(20 + i as usize * 13)).map(|j| j as u8 ^ i).collect();
-            links[0].send(2, &f).unwrap();
-        }
-        assert_eq!(links[0].send(2, &[1; 20]), Err(LinkError::Full));
-        assert_eq!(links[0].send(2, &[1; 101]), Err(LinkError::TooLarge));
-        assert_eq!(links[0].send(0, &[1; 20]), Err(LinkError::NoRoute));
-        assert!(!links[0].room(1));
-        assert!(links[1].room(4));
-        links[1].send(2, &[9; 15]).unwrap();
-        assert_eq!(links[2].pending(), 5);
-        assert_eq!(links[2].recv(&mut b), 5);
-        let from0: Vec<&[u8]> = b.iter().filter(|f| f.len() != 15).collect();
+        let mut ports = fabric(3, 4, 100);
+        let mut pool = Pool::new(64);
+        let frames: Vec<Vec<u8>> = (0..4u8)
+            .map(|i| {
+                frame(
+                    Some(2),
+                    &(0..(14 + i as usize * 13))
+                        .map(|j| j as u8 ^ i)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        assert_eq!(send(&mut ports[0], &mut pool, &frames), (4, 0));
+        // The ring to node 2 is full: the next frame waits in the burst; one too large is dropped.
+        assert_eq!(ports[0].tx_room(), 0);
+        assert_eq!(
+            send(&mut ports[0], &mut pool, &[frame(Some(2), &[1; 20])]),
+            (0, 1)
+        );
+        assert_eq!(
+            send(&mut ports[0], &mut pool, &[frame(Some(1), &[1; 101])]),
+            (0, 0)
+        );
+        assert_eq!(
+            send(&mut ports[0], &mut pool, &[frame(Some(0), &[1; 20])]),
+            (0, 0)
+        );
+        assert_eq!(ports[0].stats().tx_dropped, 2);
+        assert_eq!(ports[1].tx_room(), 4);
+        assert_eq!(
+            send(&mut ports[1], &mut pool, &[frame(Some(2), &[9; 15])]),
+            (1, 0)
+        );
+        assert_eq!(ports[2].pending(), 5);
+        let got = recv(&mut ports[2], &mut pool);
+        assert_eq!(got.len(), 5);
+        let from0: Vec<&Vec<u8>> = got.iter().filter(|f| f.len() != 21).collect();
         for (i, f) in from0.iter().enumerate() {
-            let want: Vec<u8> = (0..(20 + i * 13)).map(|j| j as u8 ^ i as u8).collect();
-            assert_eq!(*f, &want[..]);
+            assert_eq!(*f, &frames[i]);
         }
-        assert!(b.iter().any(|f| f == [9u8; 15]));
-        assert!(links[0].room(4));
+        assert!(got.contains(&frame(Some(2), &[9; 15])));
+        assert_eq!(ports[0].tx_room(), 4);
     }
 
     #[test]
     fn send_to_all_is_all_or_nothing() {
-        let mut links = MemFabric::links(3, 2, 100);
-        links[1].send(2, &[1; 20]).unwrap();
-        links[1].send(2, &[2; 20]).unwrap();
+        let mut ports = fabric(3, 2, 100);
+        let mut pool = Pool::new(64);
+        let two = [frame(Some(2), &[1; 20]), frame(Some(2), &[2; 20])];
+        assert_eq!(send(&mut ports[1], &mut pool, &two), (2, 0));
         // The queue to node 2 is full: node 0 gets nothing either.
-        assert_eq!(links[1].send(ALL_NODES, &[3; 20]), Err(LinkError::Full));
-        assert_eq!(links[0].pending(), 0);
         assert_eq!(
-            links[1].send(ALL_NODES, &[3; 101]),
-            Err(LinkError::TooLarge)
+            send(&mut ports[1], &mut pool, &[frame(None, &[3; 20])]),
+            (0, 1)
         );
-        let mut b = Burst::new(8, 100);
-        assert_eq!(links[2].recv(&mut b), 2);
-        links[1].send(ALL_NODES, &[3; 20]).unwrap();
+        assert_eq!(ports[0].pending(), 0);
+        assert_eq!(
+            send(&mut ports[1], &mut pool, &[frame(None, &[3; 101])]),
+            (0, 0)
+        );
+        assert_eq!(recv(&mut ports[2], &mut pool).len(), 2);
+        assert_eq!(
+            send(&mut ports[1], &mut pool, &[frame(None, &[3; 20])]),
+            (1, 0)
+        );
         for i in [0, 2] {
-            b.clear();
-            assert_eq!(links[i].recv(&mut b), 1);
-            assert_eq!(b.get(0), &[3u8; 20][..]);
+            assert_eq!(recv(&mut ports[i], &mut pool), vec![frame(None, &[3; 20])]);
         }
-        assert_eq!(links[1].pending(), 0);
+        assert_eq!(ports[1].pending(), 0);
     }
 
     #[test]
     fn spsc_across_threads() {
-        let mut links = MemFabric::links(2, 64, 64);
-        let mut rx = links.pop().unwrap();
-        let mut tx = links.pop().unwrap();
+        let mut ports = fabric(2, 64, 64);
+        let mut rx = ports.pop().unwrap();
+        let mut tx = ports.pop().unwrap();
         const N: u64 = 200_000;
         let h = std::thread::spawn(move || {
+            let mut pool = Pool::new(64);
             let mut i = 0u64;
             while i < N {
                 let mut f = [0u8; 40];
-                f[..8].copy_from_slice(&i.to_le_bytes());
+                f[..6].copy_from_slice(&node_mac(1).0);
+                f[8..16].copy_from_slice(&i.to_le_bytes());
                 f[39] = i as u8;
-                if tx.send(1, &f).is_ok() {
+                if send(&mut tx, &mut pool, &[f.to_vec()]).0 == 1 {
                     i += 1;
                 }
             }
         });
-        let mut b = Burst::new(32, 64);
+        let mut pool = Pool::new(64);
         let mut want = 0u64;
         while want < N {
-            b.clear();
-            rx.recv(&mut b);
-            for f in b.iter() {
+            for f in recv(&mut rx, &mut pool) {
                 assert_eq!(f.len(), 40);
-                assert_eq!(u64::from_le_bytes(f[..8].try_into().unwrap()), want);
+                assert_eq!(u64::from_le_bytes(f[8..16].try_into().unwrap()), want);
                 assert_eq!(f[39], want as u8);
                 want += 1;
             }

@@ -1,167 +1,12 @@
-//! External ports: where frames enter and leave the cluster. A node sees them only through
-//! [`ExternalPort`]; [`GenPort`] is the in-memory one used by tests and benchmarks (a traffic
-//! generator on the receive side, a counting — optionally logging — sink on the transmit side), and
-//! `live::AfPacketPorts` (feature `live`) puts a node's ports on Linux interfaces.
+//! Test traffic for the in-memory cluster: [`GenPort`], an engine port that replays [`Frames`] on
+//! receive (each stamped with a global sequence number, so tests can order deliveries against
+//! updates) and counts — optionally logs — what a node emits on it.
 
-use crate::wire::{EthFrame, ETH_HDR};
+use fp_engine::port::{Port, PortStats};
+use fp_pipeline::packet::{Packet, Pool};
+use fp_wire::ethernet::{EtherType, EthernetFrame, MacAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A batch of frames in one preallocated buffer (no allocation per frame). Each frame carries the
-/// external port it arrived on ([`Burst::port`]; 0 unless the receiver sets it), so a node can
-/// flood a broadcast everywhere except back out of its ingress port.
-pub struct Burst {
-    buf: Box<[u8]>,
-    lens: Box<[u16]>,
-    ports: Box<[u16]>,
-    n: usize,
-    max_frame: usize,
-}
-
-impl Burst {
-    /// Room for `cap` frames of up to `max_frame` bytes.
-    pub fn new(cap: usize, max_frame: usize) -> Burst {
-        assert!(max_frame <= u16::MAX as usize);
-        Burst {
-            buf: vec![0; cap * max_frame].into_boxed_slice(),
-            lens: vec![0; cap].into_boxed_slice(),
-            ports: vec![0; cap].into_boxed_slice(),
-            n: 0,
-            max_frame,
-        }
-    }
-
-    /// Frames held.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.n
-    }
-
-    /// True when no frame is held.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
-    }
-
-    /// True when no more frames fit.
-    #[inline]
-    pub fn is_full(&self) -> bool {
-        self.n == self.lens.len()
-    }
-
-    /// Frames it can hold.
-    pub fn capacity(&self) -> usize {
-        self.lens.len()
-    }
-
-    /// Longest frame a slot holds.
-    pub fn max_frame(&self) -> usize {
-        self.max_frame
-    }
-
-    /// Forget all frames.
-    #[inline]
-    pub fn clear(&mut self) {
-        self.n = 0;
-    }
-
-    /// The buffer of the next free slot, to receive into; [`commit`](Self::commit) keeps it.
-    /// Panics if the burst is full.
-    #[inline]
-    pub fn slot(&mut self) -> &mut [u8] {
-        let s = self.n * self.max_frame;
-        &mut self.buf[s..s + self.max_frame]
-    }
-
-    /// Keep the next slot as a frame of `len` bytes (ingress port 0).
-    #[inline]
-    pub fn commit(&mut self, len: usize) {
-        self.commit_from(len, 0);
-    }
-
-    /// Keep the next slot as a frame of `len` bytes that arrived on external port `port`.
-    #[inline]
-    pub fn commit_from(&mut self, len: usize, port: u16) {
-        debug_assert!(len <= self.max_frame && !self.is_full());
-        self.lens[self.n] = len as u16;
-        self.ports[self.n] = port;
-        self.n += 1;
-    }
-
-    /// Copy a frame in (ingress port 0); false if the burst is full or the frame too long.
-    pub fn push(&mut self, frame: &[u8]) -> bool {
-        self.push_from(frame, 0)
-    }
-
-    /// Copy a frame that arrived on external port `port` in; false if the burst is full or the
-    /// frame too long.
-    pub fn push_from(&mut self, frame: &[u8], port: u16) -> bool {
-        if self.is_full() || frame.len() > self.max_frame {
-            return false;
-        }
-        self.slot()[..frame.len()].copy_from_slice(frame);
-        self.commit_from(frame.len(), port);
-        true
-    }
-
-    /// The external port frame `i` arrived on.
-    #[inline]
-    pub fn port(&self, i: usize) -> u16 {
-        self.ports[i]
-    }
-
-    /// Frame `i`.
-    #[inline]
-    pub fn get(&self, i: usize) -> &[u8] {
-        let s = i * self.max_frame;
-        &self.buf[s..s + self.lens[i] as usize]
-    }
-
-    /// Frame `i`, writable.
-    #[inline]
-    pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
-        let s = i * self.max_frame;
-        &mut self.buf[s..s + self.lens[i] as usize]
-    }
-
-    /// Keep only the frames for which `keep(index, frame)` is true, in order.
-    pub fn retain(&mut self, mut keep: impl FnMut(usize, &[u8]) -> bool) {
-        let mut w = 0;
-        for r in 0..self.n {
-            if keep(r, self.get(r)) {
-                if w != r {
-                    let len = self.lens[r] as usize;
-                    let (src, dst) = (r * self.max_frame, w * self.max_frame);
-                    self.buf.copy_within(src..src + len, dst);
-                    self.lens[w] = len as u16;
-                    self.ports[w] = self.ports[r];
-                }
-                w += 1;
-            }
-        }
-        self.n = w;
-    }
-
-    /// The frames.
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        (0..self.n).map(move |i| self.get(i))
-    }
-}
-
-/// A node's external ports, numbered `0..ports()`.
-pub trait ExternalPort: Send {
-    /// Append received frames to `burst` (up to its capacity), each with the port it arrived on
-    /// ([`Burst::commit_from`]); returns how many.
-    fn rx_burst(&mut self, burst: &mut Burst) -> usize;
-    /// Emit `frame` on external port `port`; `hops` is the number of interconnect hops it took
-    /// (metadata for counters and tests, not on the wire). A port may queue the frame until
-    /// [`flush`](Self::flush).
-    fn tx(&mut self, port: u16, frame: &[u8], hops: u8);
-    /// Number of external ports (a flooded frame goes to each, except its ingress port).
-    fn ports(&self) -> u16;
-    /// Send what [`tx`](Self::tx) queued. The node calls it at the end of every poll round.
-    fn flush(&mut self) {}
-}
 
 /// Where test traffic comes from: a fixed set of frames replayed in order.
 #[derive(Clone)]
@@ -171,17 +16,21 @@ pub struct Frames {
     count: usize,
 }
 
+/// Offset of the stamp in a test frame: the first payload bytes.
+const STAMP: usize = 14;
+
 impl Frames {
-    /// Frames of `frame_len` bytes (≥ 22), one per destination key, source MAC `src`; each carries a
-    /// 64-bit stamp at payload offset 0 (bytes 14..22), filled when it is received.
-    pub fn to_keys(keys: &[u64], frame_len: usize, src: [u8; 6]) -> Frames {
-        assert!(frame_len >= ETH_HDR + 8);
+    /// Frames of `frame_len` bytes (≥ 22), one per destination key (a MAC as `MacAddr::to_u64`),
+    /// source MAC `src`; each carries a 64-bit stamp at payload offset 0 (bytes 14..22), filled
+    /// when it is received.
+    pub fn to_keys(keys: &[u64], frame_len: usize, src: MacAddr) -> Frames {
+        assert!(frame_len >= STAMP + 8);
         let mut data = vec![0u8; keys.len() * frame_len];
         for (f, &k) in data.chunks_exact_mut(frame_len).zip(keys) {
-            let mut e = EthFrame::new_unchecked(f);
-            e.set_dst(crate::wire::key_to_mac(k));
-            e.set_src(src);
-            e.set_ethertype(0x0800);
+            let mut e = EthernetFrame::new_unchecked(f);
+            e.set_dst_addr(MacAddr::from_u64(k));
+            e.set_src_addr(src);
+            e.set_ethertype(EtherType::IPV4);
         }
         Frames {
             data: data.into(),
@@ -209,7 +58,7 @@ pub struct Delivery {
     /// Destination MAC as a key.
     pub key: u64,
     /// Source MAC (test traffic puts the ingress node in its last byte).
-    pub src: [u8; 6],
+    pub src: MacAddr,
     /// External port.
     pub port: u16,
     /// Interconnect hops.
@@ -223,17 +72,14 @@ pub struct Sink {
     pub frames: u64,
     /// Frames by interconnect hops taken (0, 1, 2, 3 or more).
     pub by_hops: [u64; 4],
-    /// Frames by external port.
-    pub by_port: Vec<u64>,
     /// Every delivery, if logging is on (tests; allocates).
     pub log: Option<Vec<Delivery>>,
 }
 
 impl Sink {
-    /// A sink for `ports` ports, logging if asked.
-    pub fn new(ports: usize, log: bool) -> Sink {
+    /// A sink, logging if asked.
+    pub fn new(log: bool) -> Sink {
         Sink {
-            by_port: vec![0; ports],
             log: log.then(Vec::new),
             ..Sink::default()
         }
@@ -245,27 +91,62 @@ impl Sink {
     }
 }
 
-/// An in-memory external port set: replays [`Frames`] on receive (with a global stamp counter so
-/// tests can order deliveries against updates), counts and optionally logs on transmit.
+/// An in-memory external port of a node: replays [`Frames`] on receive (with a global stamp
+/// counter), counts and optionally logs on transmit (the hops a frame took come with the packet,
+/// in its `tag`).
 pub struct GenPort {
+    port: u16,
+    name: String,
     frames: Frames,
     pos: usize,
     remaining: u64,
     stamps: Arc<AtomicU64>,
-    /// What this node emitted.
+    stats: PortStats,
+    /// What the node emitted on this port.
     pub sink: Sink,
+    /// (stamp, key) of every frame that entered here, if logging is on: frames the cluster
+    /// dropped are accounted for too, not only those it emitted (tests; allocates).
+    pub entered: Option<Vec<(u64, u64)>>,
 }
 
 impl GenPort {
-    /// Replay `frames` cyclically, `limit` frames in all; stamps come from `stamps`.
-    pub fn new(frames: Frames, limit: u64, stamps: Arc<AtomicU64>, sink: Sink) -> GenPort {
+    /// External port `port` of a node, replaying `frames` cyclically, `limit` frames in all; stamps
+    /// come from `stamps`. The entry log is on when the sink logs.
+    pub fn new(
+        port: u16,
+        frames: Frames,
+        limit: u64,
+        stamps: Arc<AtomicU64>,
+        sink: Sink,
+    ) -> GenPort {
         GenPort {
+            entered: sink.log.is_some().then(Vec::new),
+            port,
+            name: format!("gen:{port}"),
             frames,
             pos: 0,
             remaining: limit,
             stamps,
+            stats: PortStats::default(),
             sink,
         }
+    }
+
+    /// The external ports `0..ports` of a node: port 0 replays `frames` (`limit` in all), every
+    /// port counts what it is sent (and logs it and what enters, if asked).
+    pub fn node(
+        ports: u16,
+        frames: Frames,
+        limit: u64,
+        stamps: &Arc<AtomicU64>,
+        log: bool,
+    ) -> Vec<GenPort> {
+        (0..ports)
+            .map(|p| {
+                let limit = if p == 0 { limit } else { 0 };
+                GenPort::new(p, frames.clone(), limit, stamps.clone(), Sink::new(log))
+            })
+            .collect()
     }
 
     /// Inject `more` further frames.
@@ -283,59 +164,101 @@ impl GenPort {
         self.frames = frames;
         self.pos = 0;
     }
+
+    /// The stamp of a test frame.
+    pub fn stamp_of(frame: &[u8]) -> Option<u64> {
+        Some(u64::from_le_bytes(
+            frame.get(STAMP..STAMP + 8)?.try_into().ok()?,
+        ))
+    }
 }
 
-impl ExternalPort for GenPort {
-    fn ports(&self) -> u16 {
-        self.sink.by_port.len() as u16
+/// The destination MAC of a test frame.
+fn area_dst(f: &[u8]) -> [u8; 6] {
+    f[..6]
+        .try_into()
+        .expect("a test frame has an Ethernet header")
+}
+
+impl Port for GenPort {
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        let want = (burst.capacity() - burst.len()).min(self.remaining as usize);
+    fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
+        let want = max.min(self.remaining as usize);
         if want == 0 || self.frames.count == 0 {
             return 0;
         }
-        // One atomic add per burst: the stamps of this burst are base..base+want.
-        let base = self.stamps.fetch_add(want as u64, Ordering::AcqRel);
+        let start = out.len();
+        while out.len() - start < want {
+            match pool.get() {
+                Some(p) => out.push(p),
+                None => break,
+            }
+        }
+        let got = out.len() - start;
+        if got == 0 {
+            return 0;
+        }
+        // One atomic add per burst: the stamps of this burst are base..base+got.
+        let base = self.stamps.fetch_add(got as u64, Ordering::AcqRel);
         let fl = self.frames.frame_len;
-        for i in 0..want {
+        for (i, p) in out[start..].iter_mut().enumerate() {
             let s = self.pos * fl;
-            let slot = burst.slot();
-            slot[..fl].copy_from_slice(&self.frames.data[s..s + fl]);
-            slot[ETH_HDR..ETH_HDR + 8].copy_from_slice(&(base + i as u64).to_le_bytes());
-            burst.commit(fl);
+            let area = p.rx_area();
+            area[..fl].copy_from_slice(&self.frames.data[s..s + fl]);
+            area[STAMP..STAMP + 8].copy_from_slice(&(base + i as u64).to_le_bytes());
+            p.set_len(fl);
+            if let Some(log) = &mut self.entered {
+                log.push((base + i as u64, MacAddr(area_dst(p.data())).to_u64()));
+            }
             self.pos += 1;
             if self.pos == self.frames.count {
                 self.pos = 0;
             }
         }
-        self.remaining -= want as u64;
-        want
+        self.remaining -= got as u64;
+        self.stats.rx += got as u64;
+        got
     }
 
-    fn tx(&mut self, port: u16, frame: &[u8], hops: u8) {
-        let s = &mut self.sink;
-        s.frames += 1;
-        s.by_hops[(hops as usize).min(3)] += 1;
-        if let Some(c) = s.by_port.get_mut(port as usize) {
-            *c += 1;
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+        let n = batch.len();
+        for p in batch.drain(..) {
+            let hops = p.tag.min(255) as u8;
+            let s = &mut self.sink;
+            s.frames += 1;
+            s.by_hops[(hops as usize).min(3)] += 1;
+            if let Some(log) = &mut s.log {
+                let f = p.data();
+                let (stamp, key, src) = match EthernetFrame::new_checked(f) {
+                    Ok(e) => (
+                        GenPort::stamp_of(f).unwrap_or(u64::MAX),
+                        e.dst_addr().to_u64(),
+                        e.src_addr(),
+                    ),
+                    Err(_) => (u64::MAX, u64::MAX, MacAddr([0; 6])),
+                };
+                log.push(Delivery {
+                    stamp,
+                    key,
+                    src,
+                    port: self.port,
+                    hops,
+                });
+            }
+            pool.put(p);
         }
-        if let Some(log) = &mut s.log {
-            let (stamp, key, src) = match EthFrame::new_checked(frame) {
-                Ok(f) if f.payload().len() >= 8 => (
-                    u64::from_le_bytes(f.payload()[..8].try_into().unwrap_or([0; 8])),
-                    f.dst_key(),
-                    f.src(),
-                ),
-                _ => (u64::MAX, u64::MAX, [0; 6]),
-            };
-            log.push(Delivery {
-                stamp,
-                key,
-                src,
-                port,
-                hops,
-            });
-        }
+        self.stats.tx += n as u64;
+        n
+    }
+
+    fn exhausted(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
     }
 }

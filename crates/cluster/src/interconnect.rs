@@ -1,6 +1,5 @@
-//! The few packet formats the cluster needs, as zero-copy views (the shape of smoltcp's
-//! `wire::udp`): an Ethernet header, and the interconnect encapsulation a node puts around a frame it
-//! forwards to another node.
+//! The interconnect encapsulation a node puts around a frame it forwards to another node, as a
+//! zero-copy view (the shape of smoltcp's `wire::udp`); Ethernet itself is `fp-wire`'s.
 //!
 //! ```text
 //! interconnect frame = outer Ethernet (14) | shim (8) | inner frame (the external frame, unchanged)
@@ -14,9 +13,10 @@
 //! switch or Linux bridge on the interconnect delivers one transmission to every node), and the
 //! egress-port field holds the port it entered on (information only).
 //!
-//! The receiving node checks the frame with [`Interconnect::new_checked`], handles it, and emits
-//! [`Interconnect::inner`] — the external frame byte for byte — on its external port: the
-//! interconnect header is stripped by taking a sub-slice, no copy.
+//! The sending node writes the header in front of the frame, in the packet buffer's headroom
+//! ([`Encap::prepend`]); the receiving node checks the frame with [`Interconnect::new_checked`],
+//! handles it, and emits [`Interconnect::inner`] — the external frame byte for byte — on its
+//! external port, the header stripped by moving the frame's start: no copy either way.
 //!
 //! Contract: after `new_checked` succeeds no accessor panics; malformed input is a [`WireError`]
 //! value, never a panic.
@@ -25,6 +25,9 @@
 pub const ETH_HDR: usize = 14;
 /// Shim length.
 pub const SHIM: usize = 8;
+use fp_pipeline::packet::Packet;
+use fp_wire::ethernet::MacAddr;
+
 /// Bytes an interconnect hop adds to a frame.
 pub const ENCAP: usize = ETH_HDR + SHIM;
 /// Ethertype of interconnect frames (IEEE 802 "local experimental ethertype 1").
@@ -34,7 +37,7 @@ pub const VERSION: u8 = 1;
 /// Destination node of a frame for every node ([`Kind::Flood`]).
 pub const ALL_NODES: u8 = 0xFF;
 /// Outer destination MAC of frames for every node: locally administered, group bit set.
-pub const FLOOD_MAC: [u8; 6] = [0x03, 0x66, 0x70, 0x6c, 0xff, 0xff];
+pub const FLOOD_MAC: MacAddr = MacAddr([0x03, 0x66, 0x70, 0x6c, 0xff, 0xff]);
 
 /// Why bytes are not a valid frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,96 +72,6 @@ mod field {
     pub const PORT: Range<usize> = 18..20;
     pub const RESERVED: Range<usize> = 20..22;
     pub const INNER: usize = 22;
-}
-
-/// A view of an Ethernet frame.
-#[derive(Debug, Clone, Copy)]
-pub struct EthFrame<T: AsRef<[u8]>> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> EthFrame<T> {
-    /// Wrap without checking; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buf: T) -> Self {
-        EthFrame { buf }
-    }
-
-    /// Wrap after checking the length.
-    pub fn new_checked(buf: T) -> Result<Self, WireError> {
-        let f = Self::new_unchecked(buf);
-        f.check_len()?;
-        Ok(f)
-    }
-
-    /// Whether the buffer holds a whole header.
-    pub fn check_len(&self) -> Result<(), WireError> {
-        if self.buf.as_ref().len() < ETH_HDR {
-            Err(WireError::Truncated)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Destination MAC.
-    #[inline]
-    pub fn dst(&self) -> [u8; 6] {
-        let mut m = [0; 6];
-        m.copy_from_slice(&self.buf.as_ref()[field::DST]);
-        m
-    }
-
-    /// Source MAC.
-    #[inline]
-    pub fn src(&self) -> [u8; 6] {
-        let mut m = [0; 6];
-        m.copy_from_slice(&self.buf.as_ref()[field::SRC]);
-        m
-    }
-
-    /// Ethertype.
-    #[inline]
-    pub fn ethertype(&self) -> u16 {
-        let b = &self.buf.as_ref()[field::ETHERTYPE];
-        u16::from_be_bytes([b[0], b[1]])
-    }
-
-    /// The destination MAC as a 48-bit key (big-endian: `02:00:00:00:00:01` is `0x0200_0000_0001`).
-    #[inline]
-    pub fn dst_key(&self) -> u64 {
-        mac_to_key(self.dst())
-    }
-
-    /// The bytes after the header.
-    pub fn payload(&self) -> &[u8] {
-        &self.buf.as_ref()[ETH_HDR..]
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> EthFrame<T> {
-    /// Set the destination MAC.
-    pub fn set_dst(&mut self, m: [u8; 6]) {
-        self.buf.as_mut()[field::DST].copy_from_slice(&m);
-    }
-
-    /// Set the source MAC.
-    pub fn set_src(&mut self, m: [u8; 6]) {
-        self.buf.as_mut()[field::SRC].copy_from_slice(&m);
-    }
-
-    /// Set the ethertype.
-    pub fn set_ethertype(&mut self, t: u16) {
-        self.buf.as_mut()[field::ETHERTYPE].copy_from_slice(&t.to_be_bytes());
-    }
-
-    /// The bytes after the header, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buf.as_mut()[ETH_HDR..]
-    }
 }
 
 /// What the receiving node must do with an interconnect frame.
@@ -273,8 +186,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Interconnect<T> {
     /// Re-address the frame for another hop: new kind, next node, hop count and egress port.
     pub fn readdress(&mut self, from: u8, to: u8, kind: Kind, hops: u8, port: u16) {
         let b = self.buf.as_mut();
-        b[field::DST].copy_from_slice(&hop_mac(to));
-        b[field::SRC].copy_from_slice(&node_mac(from));
+        b[field::DST].copy_from_slice(&hop_mac(to).0);
+        b[field::SRC].copy_from_slice(&node_mac(from).0);
         b[field::VER_KIND] = (VERSION << 4) | kind as u8;
         b[field::HOPS] = hops;
         b[field::DST_NODE] = to;
@@ -285,23 +198,29 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Interconnect<T> {
 /// The fields of an interconnect header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encap {
+    /// Sending node.
     pub from: u8,
+    /// Receiving node, or [`ALL_NODES`].
     pub to: u8,
+    /// What the receiver must do.
     pub kind: Kind,
+    /// Hops taken, this one included.
     pub hops: u8,
+    /// The node where the frame entered the cluster.
     pub ingress: u8,
+    /// The egress port ([`Kind::ToEgress`]) or the ingress port ([`Kind::Flood`]).
     pub port: u16,
 }
 
 impl Encap {
-    /// Write the interconnect headers followed by `inner` into `out`; returns the frame length.
-    pub fn emit(&self, inner: &[u8], out: &mut [u8]) -> Result<usize, WireError> {
-        let len = ENCAP + inner.len();
-        if out.len() < len {
+    /// Write the interconnect header into the first [`ENCAP`] bytes of `out`.
+    #[inline]
+    pub fn write_header(&self, out: &mut [u8]) -> Result<(), WireError> {
+        let Some(out) = out.get_mut(..ENCAP) else {
             return Err(WireError::TooLarge);
-        }
-        out[field::DST].copy_from_slice(&hop_mac(self.to));
-        out[field::SRC].copy_from_slice(&node_mac(self.from));
+        };
+        out[field::DST].copy_from_slice(&hop_mac(self.to).0);
+        out[field::SRC].copy_from_slice(&node_mac(self.from).0);
         out[field::ETHERTYPE].copy_from_slice(&ETHERTYPE_INTERCONNECT.to_be_bytes());
         out[field::VER_KIND] = (VERSION << 4) | self.kind as u8;
         out[field::HOPS] = self.hops;
@@ -309,18 +228,48 @@ impl Encap {
         out[field::DST_NODE] = self.to;
         out[field::PORT].copy_from_slice(&self.port.to_be_bytes());
         out[field::RESERVED].copy_from_slice(&[0, 0]);
+        Ok(())
+    }
+
+    /// Write the interconnect header followed by `inner` into `out`; returns the frame length.
+    pub fn emit(&self, inner: &[u8], out: &mut [u8]) -> Result<usize, WireError> {
+        let len = ENCAP + inner.len();
+        if out.len() < len {
+            return Err(WireError::TooLarge);
+        }
+        self.write_header(out)?;
         out[field::INNER..len].copy_from_slice(inner);
         Ok(len)
     }
+
+    /// Put the header in front of the packet's frame, in its headroom (no copy of the frame).
+    #[inline]
+    pub fn prepend(&self, p: &mut Packet) -> Result<(), WireError> {
+        let (start, len) = (p.start(), p.len());
+        if start < ENCAP {
+            return Err(WireError::TooLarge);
+        }
+        self.write_header(&mut p.buffer()[start - ENCAP..start])?;
+        p.set_frame(start - ENCAP, len + ENCAP);
+        Ok(())
+    }
+}
+
+/// Remove the interconnect header of a packet holding an interconnect frame (checked with
+/// [`Interconnect::new_checked`]): the frame becomes the inner frame.
+#[inline]
+pub fn strip(p: &mut Packet) {
+    let (start, len) = (p.start(), p.len());
+    p.set_frame(start + ENCAP, len.saturating_sub(ENCAP));
 }
 
 /// The interconnect MAC address of a node (locally administered, unicast).
-pub const fn node_mac(node: u8) -> [u8; 6] {
-    [0x02, 0x66, 0x70, 0x6c, 0x00, node]
+pub const fn node_mac(node: u8) -> MacAddr {
+    MacAddr([0x02, 0x66, 0x70, 0x6c, 0x00, node])
 }
 
 /// The outer destination MAC of a hop to `to`: [`node_mac`], or [`FLOOD_MAC`] for [`ALL_NODES`].
-pub const fn hop_mac(to: u8) -> [u8; 6] {
+pub const fn hop_mac(to: u8) -> MacAddr {
     if to == ALL_NODES {
         FLOOD_MAC
     } else {
@@ -328,39 +277,18 @@ pub const fn hop_mac(to: u8) -> [u8; 6] {
     }
 }
 
-/// Whether a MAC address is a group (broadcast or multicast) address: the frame is flooded.
-#[inline]
-pub const fn is_group(mac: [u8; 6]) -> bool {
-    mac[0] & 1 != 0
-}
-
-/// A MAC address as a 48-bit key.
-#[inline]
-pub fn mac_to_key(m: [u8; 6]) -> u64 {
-    u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]])
-}
-
-/// A 48-bit key as a MAC address.
-#[inline]
-pub fn key_to_mac(k: u64) -> [u8; 6] {
-    let b = k.to_be_bytes();
-    [b[2], b[3], b[4], b[5], b[6], b[7]]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fp_wire::ethernet::EthernetFrame;
     use proptest::prelude::*;
 
     #[test]
     fn encap_roundtrip_and_strip() {
         let mut inner = [0u8; 60];
-        {
-            let mut f = EthFrame::new_checked(&mut inner[..]).unwrap();
-            f.set_dst(key_to_mac(0x0200_0000_0042));
-            f.set_src([2, 0, 0, 0, 0, 9]);
-            f.set_ethertype(0x0800);
-        }
+        inner[..6].copy_from_slice(&MacAddr::from_u64(0x0200_0000_0042).0);
+        inner[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        inner[12..14].copy_from_slice(&[0x08, 0x00]);
         let mut out = [0u8; 128];
         let e = Encap {
             from: 1,
@@ -384,15 +312,23 @@ mod tests {
             (Kind::ToOwner, 1, 1, 3, 1)
         );
         assert_eq!(ic.inner(), &inner[..]);
-        let f = EthFrame::new_checked(ic.inner()).unwrap();
-        assert_eq!(f.dst_key(), 0x0200_0000_0042);
+        let f = EthernetFrame::new_checked(ic.inner()).unwrap();
+        assert_eq!(f.dst_addr().to_u64(), 0x0200_0000_0042);
         // Independent decoder: etherparse sees the outer Ethernet header with our ethertype.
         let (eth, rest) = etherparse::Ethernet2Header::from_slice(&out[..n]).unwrap();
         assert_eq!(eth.ether_type.0, ETHERTYPE_INTERCONNECT);
-        assert_eq!(eth.destination, node_mac(3));
+        assert_eq!(eth.destination, node_mac(3).0);
         assert_eq!(&rest[SHIM..], &inner[..]);
         let (ieth, _) = etherparse::Ethernet2Header::from_slice(&rest[SHIM..]).unwrap();
-        assert_eq!(ieth.destination, key_to_mac(0x0200_0000_0042));
+        assert_eq!(ieth.destination, MacAddr::from_u64(0x0200_0000_0042).0);
+        // In place, in a packet's headroom: the same bytes.
+        let mut pool = fp_pipeline::packet::Pool::new(1);
+        let mut p = pool.get().unwrap();
+        p.fill(&inner);
+        e.prepend(&mut p).unwrap();
+        assert_eq!(p.data(), &out[..n]);
+        strip(&mut p);
+        assert_eq!(p.data(), &inner[..]);
     }
 
     #[test]
@@ -446,17 +382,13 @@ mod tests {
             (ic.kind(), ic.dst_node(), ic.src_node(), ic.egress_port()),
             (Kind::Flood, ALL_NODES, 2, 1)
         );
-        assert_eq!(&out[..6], &FLOOD_MAC);
-        assert!(is_group(FLOOD_MAC) && is_group([0xff; 6]) && !is_group(node_mac(3)));
+        assert_eq!(&out[..6], &FLOOD_MAC.0);
+        assert!(FLOOD_MAC.is_multicast() && !node_mac(3).is_multicast());
         assert_eq!(ic.inner(), &inner[..]);
     }
 
     #[test]
     fn malformed_is_an_error() {
-        assert_eq!(
-            EthFrame::new_checked(&[0u8; 13][..]).err(),
-            Some(WireError::Truncated)
-        );
         let mut out = [0u8; 64];
         let n = Encap {
             from: 0,
@@ -511,16 +443,8 @@ mod tests {
             if let Ok(ic) = Interconnect::new_checked(&bytes[..]) {
                 let _ = (ic.kind(), ic.hops(), ic.ingress(), ic.dst_node(), ic.src_node(), ic.egress_port());
                 prop_assert!(ic.inner().len() >= ETH_HDR);
-                prop_assert!(EthFrame::new_checked(ic.inner()).is_ok());
+                prop_assert!(EthernetFrame::new_checked(ic.inner()).is_ok());
             }
-            if let Ok(f) = EthFrame::new_checked(&bytes[..]) {
-                let _ = (f.dst_key(), f.src(), f.ethertype(), f.payload().len());
-            }
-        }
-
-        #[test]
-        fn mac_key_roundtrip(k in 0u64..(1 << 48)) {
-            prop_assert_eq!(mac_to_key(key_to_mac(k)), k);
         }
     }
 }

@@ -1,24 +1,25 @@
-//! The ScaleBricks cluster, in process: one forwarding table spread over `n` nodes, one interconnect
-//! hop per packet (ScaleBricks, SIGCOMM 2015, §6.2–6.3; CuckooSwitch, CoNEXT 2013, §1 and §6 for the
-//! motivation: FIBs of flat addresses too large for one switch).
-//!
-//! Layer: **pipeline** (nodes process bursts of real frame bytes) over in-memory **io** (links and
-//! ports behind traits), with a **control** plane that is the single writer of every table.
+//! The ScaleBricks cluster: one forwarding table spread over `n` nodes, one interconnect hop per
+//! packet (ScaleBricks, SIGCOMM 2015, §6.2–6.3; CuckooSwitch, CoNEXT 2013, §1 and §6 for the
+//! motivation: FIBs of flat addresses too large for one switch). An application on flowplane's
+//! engine: each node is a stage ([`NodeStage`]) whose ports are its external ports and its
+//! interconnect port.
 //!
 //! Every entry (a MAC address → an external port) has an *owner* node that holds it in its
 //! [`fp_cuckoo`] `CompactMap`; every node holds a replica of the [`fp_setsep`] partition table (key →
-//! owner, `log2 n` bits per value). A frame entering any node is looked up in the partition table and
-//! sent over the interconnect, encapsulated ([`wire`]), straight to its owner, which strips the
-//! header, looks the key up in its share of the FIB and emits the frame on the port. Two baselines
-//! run on the same machinery ([`Mode`]): full duplication (every node the whole FIB) and hash
-//! partitioning (the entry lives on the key's hash-home node: two hops).
+//! owner, `log2 n` bits per value). A frame entering any node is looked up in the partition table
+//! and sent over the interconnect, encapsulated ([`interconnect`]), straight to its owner, which
+//! strips the header, looks the key up in its share of the FIB and emits the frame on the port. Two
+//! baselines run on the same machinery ([`Mode`]): full duplication (every node the whole FIB) and
+//! hash partitioning (the entry lives on the key's hash-home node: two hops). Keys are MAC
+//! addresses as 48-bit integers (`MacAddr::to_u64`), the tables' key type.
 //!
-//! The node logic ([`Node`]) sees its interconnect only through [`Link`] and its external ports only
-//! through [`ExternalPort`]: [`MemFabric`] links nodes with lock-free rings of frame bytes and
-//! [`GenPort`] replays test traffic; with the `live` feature (on by default), `live` puts a node's
-//! interconnect and external ports on Linux interfaces (AF_PACKET), each node in its own network
+//! The node logic sees ports only through the engine's `Port`: [`fabric`] links the nodes of an
+//! in-process [`Cluster`] with lock-free rings of frame bytes, and [`GenPort`] replays test
+//! traffic; [`live`] puts a node's external and interconnect
+//! ports on Linux interfaces through the engine's port drivers, each node in its own network
 //! namespace or machine, the interconnect on a Linux bridge or switch ([`build_tables`] builds the
-//! tables for such nodes; `docs/cluster-live.md`).
+//! tables for such nodes; `docs/cluster-live.md`). The [`Controller`] is the single writer of
+//! every table.
 //!
 //! Broadcast and multicast frames (ARP requests) have no owner: the ingress node floods them to its
 //! other external ports and, in one interconnect frame, to every other node, which emits them on
@@ -36,17 +37,17 @@
 //! # Example
 //!
 //! ```
-//! use fp_cluster::{build, ClusterConfig, Frames, GenPort, Mode, Sink};
+//! use fp_cluster::{build, ClusterConfig, Frames, GenPort, Mode};
+//! use fp_wire::ethernet::MacAddr;
 //! use std::sync::{atomic::AtomicU64, Arc};
 //!
-//! // 4 nodes, 1000 MACs, owner = key % 4, external port = key % 3.
+//! // 4 nodes with 3 external ports each, 1000 MACs, owner = key % 4, external port = key % 3.
 //! let entries: Vec<(u64, u8, u16)> =
 //!     (0..1000u64).map(|i| (0x0200_0000_0000 | i, (i % 4) as u8, (i % 3) as u16)).collect();
 //! let keys: Vec<u64> = entries.iter().map(|e| e.0).collect();
 //! let stamps = Arc::new(AtomicU64::new(0));
-//! let ports = (0..4)
-//!     .map(|_| GenPort::new(Frames::to_keys(&keys, 64, [2, 0, 0, 0, 0, 1]), 1000, stamps.clone(), Sink::new(3, false)))
-//!     .collect();
+//! let frames = Frames::to_keys(&keys, 64, MacAddr([2, 0, 0, 0, 0, 1]));
+//! let ports = (0..4).map(|_| GenPort::node(3, frames.clone(), 1000, &stamps, false)).collect();
 //! let cfg = ClusterConfig::new(4, Mode::ScaleBricks, 3, 2000);
 //! let (mut cluster, mut control) = build(&cfg, &entries, ports).unwrap();
 //! cluster.run_until_idle(1_000_000);
@@ -59,22 +60,26 @@
 //! ```
 #![deny(unsafe_code)]
 
-mod control;
-mod link;
-#[cfg(feature = "live")]
+mod controller;
+pub mod fabric;
+mod gen;
+pub mod interconnect;
 pub mod live;
 mod node;
-mod port;
-pub mod wire;
 
-pub use control::{Controller, Update};
-pub use link::{Link, LinkError, MemFabric, MemLink};
-pub use node::{hash_home, Counters, Node, NodeConfig, Tables, MAX_BURST, MAX_HOPS};
-pub use port::{Burst, Delivery, ExternalPort, Frames, GenPort, Sink};
+pub use controller::{Controller, Update};
+pub use fabric::{fabric, FabricPort};
+pub use gen::{Delivery, Frames, GenPort, Sink};
+pub use node::{
+    hash_home, Counters, NodeConfig, NodeStage, Published, Tables, DEFER, MAX_BURST, MAX_HOPS,
+};
 
 use fp_cuckoo::{CompactMap, InsertError};
+use fp_engine::driver::{self, Core, Options};
+use fp_engine::port::{Port, PortStats, Wait};
+use fp_pipeline::packet::{Packet, Pool};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 /// Seed tweaks that keep the cluster's tables' hashes independent of each other.
 const HOME_SEED: u64 = 0x4A5B_0E00_0000_0001;
@@ -122,7 +127,7 @@ pub struct ClusterConfig {
     pub burst: usize,
     /// Frames each interconnect queue holds.
     pub ring_slots: usize,
-    /// Longest external frame carried (the interconnect adds [`wire::ENCAP`] bytes).
+    /// Longest external frame carried (the interconnect adds [`interconnect::ENCAP`] bytes).
     pub max_frame: usize,
     /// SetSep setting `(x, y)` of the partition table.
     pub gpt_setting: (u8, u8),
@@ -162,6 +167,7 @@ impl ClusterConfig {
             id,
             nodes: self.nodes,
             mode: self.mode,
+            ports: self.ports,
             burst: self.burst,
             max_frame: self.max_frame,
         }
@@ -187,7 +193,7 @@ impl ClusterConfig {
                 "must hold at least two bursts",
             );
         }
-        if !(wire::ETH_HDR + 8..=9000).contains(&self.max_frame) {
+        if !(interconnect::ETH_HDR + 8..=9000).contains(&self.max_frame) {
             return bad(
                 "max_frame",
                 self.max_frame.to_string(),
@@ -253,36 +259,104 @@ impl NodeMemory {
     }
 }
 
-/// `n` nodes connected by an in-memory fabric.
-pub struct Cluster<P: ExternalPort> {
-    /// The nodes, by id.
-    pub nodes: Vec<Node<MemLink, P>>,
+/// A port of an in-process node: one of its external ports, or its end of the fabric.
+pub enum NodePort<P> {
+    /// External port.
+    External(P),
+    /// The interconnect.
+    Interconnect(FabricPort),
 }
 
-/// Build a cluster of `cfg.nodes` nodes over a [`MemFabric`], with `ports[i]` as node `i`'s external
-/// ports, holding `entries` (key, owner, port). Returns the cluster and its control plane.
-pub fn build<P: ExternalPort>(
+impl<P: Port> Port for NodePort<P> {
+    fn name(&self) -> &str {
+        match self {
+            NodePort::External(p) => p.name(),
+            NodePort::Interconnect(p) => p.name(),
+        }
+    }
+    fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
+        match self {
+            NodePort::External(p) => p.rx_burst(pool, out, max),
+            NodePort::Interconnect(p) => p.rx_burst(pool, out, max),
+        }
+    }
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+        match self {
+            NodePort::External(p) => p.tx_burst(batch, pool),
+            NodePort::Interconnect(p) => p.tx_burst(batch, pool),
+        }
+    }
+    fn tx_room(&self) -> usize {
+        match self {
+            NodePort::External(p) => p.tx_room(),
+            NodePort::Interconnect(p) => p.tx_room(),
+        }
+    }
+    fn exhausted(&self) -> bool {
+        match self {
+            NodePort::External(p) => p.exhausted(),
+            // Other nodes may always send more.
+            NodePort::Interconnect(_) => false,
+        }
+    }
+    fn stats(&self) -> PortStats {
+        match self {
+            NodePort::External(p) => p.stats(),
+            NodePort::Interconnect(p) => p.stats(),
+        }
+    }
+    fn wait(&self) -> Wait {
+        match self {
+            NodePort::External(p) => p.wait(),
+            NodePort::Interconnect(p) => p.wait(),
+        }
+    }
+}
+
+/// `n` nodes connected by an in-memory fabric, each a worker core of the engine (its stage and
+/// ports), stepped round-robin on one thread ([`Cluster::step`]) or run on a thread each
+/// ([`Cluster::run_threaded`]).
+pub struct Cluster<P> {
+    /// The nodes, by id.
+    pub nodes: Vec<Core<NodeStage, NodePort<P>>>,
+}
+
+/// Build a cluster of `cfg.nodes` nodes over an in-memory [`fabric`], with `ports[i]` as node
+/// `i`'s external ports (`cfg.ports` of them), holding `entries` (key, owner, port). Returns the
+/// cluster and its control plane.
+pub fn build<P: Port>(
     cfg: &ClusterConfig,
     entries: &[(u64, u8, u16)],
-    ports: Vec<P>,
+    ports: Vec<Vec<P>>,
 ) -> Result<(Cluster<P>, Controller), Error> {
     cfg.validate()?;
     let n = cfg.nodes as usize;
-    if ports.len() != n {
+    if ports.len() != n || ports.iter().any(|p| p.len() != cfg.ports as usize) {
         return Err(Error::Config {
             field: "ports",
             value: ports.len().to_string(),
-            why: "need one external port set per node",
+            why: "need `ports` external ports per node",
         });
     }
     let (tables, control) = build_tables(cfg, entries)?;
-    let links = MemFabric::links(n, cfg.ring_slots, cfg.max_frame + wire::ENCAP);
+    let links = fabric(n, cfg.ring_slots, cfg.max_frame + interconnect::ENCAP);
     let nodes = links
         .into_iter()
         .zip(ports)
         .zip(tables)
         .enumerate()
-        .map(|(i, ((link, port), tables))| Node::new(cfg.node_config(i as u8), tables, link, port))
+        .map(|(i, ((link, ext), tables))| {
+            let stage = NodeStage::new(cfg.node_config(i as u8), tables);
+            let mut all: Vec<NodePort<P>> = ext.into_iter().map(NodePort::External).collect();
+            all.push(NodePort::Interconnect(link));
+            // Buffers: a burst in, flood copies of a burst to every port, what waits for the
+            // interconnect.
+            let buffers = (cfg.ports as usize + 2) * MAX_BURST + 2 * DEFER;
+            let mut core = Core::new(stage, all, buffers);
+            core.set_burst(cfg.burst);
+            core.set_max_backlog(2 * DEFER);
+            core
+        })
         .collect();
     Ok((Cluster { nodes }, control))
 }
@@ -290,7 +364,7 @@ pub fn build<P: ExternalPort>(
 /// Build the tables of a cluster of `cfg.nodes` nodes holding `entries` (key, owner, port): element
 /// `i` is what node `i` reads (its FIB share and its partition-table replica), and the control
 /// plane writes them all. For nodes on other links and ports than [`build`]'s in-memory ones, e.g.
-/// `live` (feature `live`): `Node::new(cfg.node_config(i), tables[i], link, ports)`.
+/// [`live`]: `live::start(cfg.node_config(i), tables[i], ports)`.
 pub fn build_tables(
     cfg: &ClusterConfig,
     entries: &[(u64, u8, u16)],
@@ -390,74 +464,93 @@ pub fn build_tables(
     Ok((tables, control))
 }
 
-impl<P: ExternalPort> Cluster<P> {
-    /// Poll every node once, in id order. Returns the frames handled.
-    pub fn step(&mut self) -> usize {
-        self.nodes.iter_mut().map(|n| n.poll()).sum()
+impl<P: Port> Cluster<P> {
+    /// Node `i`'s stage.
+    pub fn node(&self, i: usize) -> &NodeStage {
+        self.nodes[i].stage()
     }
 
-    /// Step until a round handles nothing (or `max_rounds`). Returns the rounds run.
+    /// Node `i`'s external ports.
+    pub fn externals(&self, i: usize) -> impl Iterator<Item = &P> {
+        self.nodes[i].ports().iter().filter_map(|p| match p {
+            NodePort::External(p) => Some(p),
+            NodePort::Interconnect(_) => None,
+        })
+    }
+
+    /// Node `i`'s external port `port`, writable.
+    pub fn external_mut(&mut self, i: usize, port: usize) -> &mut P {
+        match self.nodes[i].port_mut(port) {
+            NodePort::External(p) => p,
+            NodePort::Interconnect(_) => panic!("port {port} of node {i} is the interconnect"),
+        }
+    }
+
+    /// One pass of every node, in id order. Returns the frames received.
+    pub fn step(&mut self) -> usize {
+        self.nodes.iter_mut().map(|n| n.pass()).sum()
+    }
+
+    /// Step until a round receives nothing and nothing waits to be sent (or `max_rounds`). Returns
+    /// the rounds run.
     pub fn run_until_idle(&mut self, max_rounds: usize) -> usize {
         for r in 0..max_rounds {
-            if self.step() == 0 && self.nodes.iter().all(|n| n.pending() == 0) {
+            if self.step() == 0 && self.nodes.iter().all(|n| n.outputs().is_empty()) {
                 return r + 1;
             }
         }
         max_rounds
     }
 
-    /// Run every node on its own thread while `control` runs on the calling thread; when it returns,
-    /// the nodes finish their traffic and stop, and the rest is drained here. Returns what `control`
-    /// returned.
+    /// Run every node on its own thread (the engine's worker loop) while `control` runs on the
+    /// calling thread; when it returns, the nodes finish their traffic and stop, and the rest is
+    /// drained here. Returns what `control` returned.
     pub fn run_threaded<R>(&mut self, control: impl FnOnce() -> R) -> R {
         let stop = AtomicBool::new(false);
+        let opts = Options {
+            name: "fp-cluster".into(),
+            spin: 256,
+            drain: std::time::Duration::from_secs(3600),
+            ..Options::default()
+        };
         let r = std::thread::scope(|s| {
-            for node in self.nodes.iter_mut() {
-                let stop = &stop;
-                s.spawn(move || {
-                    let mut idle = 0u32;
-                    loop {
-                        if node.poll() == 0 {
-                            idle += 1;
-                            if stop.load(Ordering::Acquire) && idle > 256 {
-                                break;
-                            }
-                            std::thread::yield_now();
-                        } else {
-                            idle = 0;
-                        }
-                    }
-                });
+            for (i, node) in self.nodes.iter_mut().enumerate() {
+                let (stop, opts) = (&stop, &opts);
+                s.spawn(move || driver::run(node, i, opts, stop));
             }
             let r = control();
-            stop.store(true, Ordering::Release);
+            stop.store(true, std::sync::atomic::Ordering::Release);
             r
         });
         self.run_until_idle(usize::MAX);
         r
     }
 
-    /// Counters summed over the nodes.
+    /// Counters summed over the nodes (frames the interconnect refused included).
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
         for n in &self.nodes {
-            c.add(&n.counters);
+            c.add(&n.stage().counters);
+            let ic = n.stage().interconnect_port();
+            c.drop_link_full += n.counters().ports[ic].tx_dropped.get();
         }
         c
     }
 
     /// Interconnect hops taken by the frames emitted so far (from the sinks' point of view: the
-    /// hop count carried in the shim).
+    /// hop count each frame carried).
     pub fn hops(&self) -> u64
     where
         P: HopCount,
     {
-        self.nodes.iter().map(|n| n.port.hops()).sum()
+        (0..self.nodes.len())
+            .map(|i| self.externals(i).map(|p| p.hops()).sum::<u64>())
+            .sum()
     }
 
     /// Memory node `i` spends on its tables.
     pub fn memory(&self, i: usize) -> NodeMemory {
-        let t = self.nodes[i].tables();
+        let t = self.nodes[i].stage().tables();
         let fs = t.fib.stats();
         NodeMemory {
             fib_bytes: fs.bytes(),

@@ -1,7 +1,9 @@
-//! One node's data path: a poll loop over its interconnect link and its external ports, one burst at a
-//! time, every table lookup batched (the partition table and the FIB are each looked up once per
-//! burst with prefetching, CuckooSwitch's dynamic batching). No allocation, lock or system call per
-//! packet; counters are plain fields of the node (one thread owns it).
+//! One node's data path, a stage of the engine: its ports are the external ports `0..k` and the
+//! interconnect port `k`; one burst at a time, every table lookup batched (the partition table and
+//! the FIB are each looked up once per burst with prefetching, CuckooSwitch's dynamic batching). No
+//! allocation, lock or system call per packet; counters are plain fields (one thread owns the
+//! node). Frames move between ports in their packet buffers: the interconnect header is written in
+//! the headroom in front of a forwarded frame and stripped by moving the frame's start.
 //!
 //! What a node does with a frame depends on the cluster's [`Mode`]:
 //!
@@ -17,33 +19,47 @@
 //!
 //! **Flooding.** A frame to a group address (broadcast, multicast: ARP requests, IPv6 neighbour
 //! discovery) has no owner. The ingress node emits it on each of its external ports except the one
-//! it came in on and sends *one* `Flood` frame to [`ALL_NODES`](crate::wire::ALL_NODES) (on a real
-//! interconnect one transmission to a group MAC that the bridge or switch replicates; on the
+//! it came in on and sends *one* `Flood` frame to [`ALL_NODES`](crate::interconnect::ALL_NODES) (on
+//! a real interconnect one transmission to a group MAC that the bridge or switch replicates; on the
 //! in-memory fabric one copy per queue); each receiving node emits it on all its external ports and
 //! never forwards it. So a flood reaches every external port of the cluster but its ingress port
 //! exactly once, crossing the interconnect once. Unknown *unicast* is not flooded: every node's
 //! partition table names an owner for any key, and that owner drops what its FIB does not hold
 //! (`drop_unknown`); the control plane knows every entry (static entries, no learning).
 //!
-//! **Redirect.** While an entry moves from node A to node B the control plane first installs it at B,
-//! then points every partition table at B, then removes it from A. A frame that left its ingress
+//! **Redirect.** While an entry moves from node A to node B the control plane first installs it at
+//! B, then points every partition table at B, then removes it from A. A frame that left its ingress
 //! before the partition tables changed may reach A after the removal; A then consults its own
 //! (already updated) partition table and forwards it once more to B (a second hop, counted as
 //! `redirected`). Frames that enter after the update completed go straight to B: one hop.
+//!
+//! **Congestion.** A node takes a new external burst only while nothing waits for the interconnect
+//! and it has room for a whole burst, and an interconnect burst only while what waits leaves room
+//! for one more burst of forwards ([`Stage::admit`]); so a full interconnect queue delays frames
+//! (in the engine's backlog, sent first) instead of dropping them.
+//!
+//! **Hops.** A frame a node emits on an external port carries the interconnect hops it took in the
+//! packet's `tag` (0: it entered here), for ports and tests that count them.
 
-use crate::link::{Link, LinkError};
-use crate::port::{Burst, ExternalPort};
-use crate::wire::{is_group, Encap, EthFrame, Interconnect, Kind, ALL_NODES, ENCAP};
+use crate::interconnect::{
+    node_mac, strip, Encap, Interconnect, Kind, ALL_NODES, ENCAP, ETHERTYPE_INTERCONNECT, FLOOD_MAC,
+};
 use crate::Mode;
 use fp_cuckoo::CompactReader;
+pub use fp_pipeline::packet::MAX_BURST;
+use fp_pipeline::packet::{Packet, Pool};
+use fp_pipeline::stage::{Outputs, Stage};
 use fp_setsep::SetSep;
+use fp_wire::ethernet::MacAddr;
+use std::sync::{Arc, Mutex};
 
-/// Largest burst a node processes at once (the table crates' lookup chunk).
-pub const MAX_BURST: usize = 32;
 /// Most interconnect hops a frame may take. ScaleBricks takes one; each redirect (a move that
 /// overtook the frame) adds one, and a frame overtaken by several moves of its entry follows them
 /// up to this bound (a bound, not a loop guard: every redirect follows a newer partition table).
 pub const MAX_HOPS: u8 = 8;
+
+/// Frames that may wait for the interconnect (a switch port's small buffer).
+pub const DEFER: usize = 2 * MAX_BURST;
 
 /// A node's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,7 +68,7 @@ pub struct Counters {
     pub ext_rx: u64,
     /// Frames emitted on external ports.
     pub emitted: u64,
-    /// Frames received from the interconnect.
+    /// Frames received from the interconnect (for this node).
     pub ic_rx: u64,
     /// Frames sent to the interconnect.
     pub ic_tx: u64,
@@ -66,10 +82,12 @@ pub struct Counters {
     pub drop_unknown: u64,
     /// Malformed frames (too short, bad interconnect header, misaddressed).
     pub drop_malformed: u64,
-    /// Frames refused by a full interconnect queue.
+    /// Frames the interconnect refused for lack of room.
     pub drop_link_full: u64,
     /// Frames too large for the interconnect after encapsulation.
     pub drop_oversize: u64,
+    /// Flood copies not made: no packet buffer.
+    pub drop_no_buffer: u64,
     /// Broadcast/multicast frames that entered at this node's external ports (flooded).
     pub flooded: u64,
     /// Flood frames received from the interconnect.
@@ -92,6 +110,7 @@ impl Counters {
         self.drop_malformed += o.drop_malformed;
         self.drop_link_full += o.drop_link_full;
         self.drop_oversize += o.drop_oversize;
+        self.drop_no_buffer += o.drop_no_buffer;
         self.flooded += o.flooded;
         self.flood_ic_rx += o.flood_ic_rx;
         self.flood_emitted += o.flood_emitted;
@@ -99,8 +118,30 @@ impl Counters {
 
     /// All drops.
     pub fn drops(&self) -> u64 {
-        self.drop_unknown + self.drop_malformed + self.drop_link_full + self.drop_oversize
+        self.drop_unknown
+            + self.drop_malformed
+            + self.drop_link_full
+            + self.drop_oversize
+            + self.drop_no_buffer
     }
+}
+
+/// What a node publishes for readers on other threads, at every maintenance (about every 10 ms).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    /// Publications so far (a reader can tell a fresh one).
+    pub seq: u64,
+    /// The node's counters.
+    pub counters: Counters,
+    /// Frames emitted on external ports by the interconnect hops they took: 0 (entered here), 1,
+    /// 2 or more (a redirect after a move). Flood copies included.
+    pub by_hops: [u64; 3],
+    /// Frames the node asked to emit on a port that does not exist.
+    pub tx_no_port: u64,
+    /// Frames on the interconnect port that were not for this node (another ethertype or node),
+    /// ignored: a bridge floods unicast to MACs it has not learned yet, and other protocols may
+    /// share the segment.
+    pub ic_ignored: u64,
 }
 
 /// A node's identity and sizes.
@@ -112,6 +153,8 @@ pub struct NodeConfig {
     pub nodes: u8,
     /// How the FIB is spread.
     pub mode: Mode,
+    /// External ports (the interconnect is port `ports`).
+    pub ports: u16,
     /// Frames per burst (1..=32).
     pub burst: usize,
     /// Longest external frame.
@@ -128,148 +171,100 @@ pub struct Tables {
     pub hash_seed: u64,
 }
 
-/// One cluster node.
-pub struct Node<L: Link, P: ExternalPort> {
-    id: u8,
-    nodes: u8,
-    mode: Mode,
-    tables: Tables,
-    /// The interconnect port.
-    pub link: L,
-    /// The external ports.
-    pub port: P,
-    rx: Burst,
-    deferred: Deferred,
-    out: Box<[u8]>,
-    burst: usize,
-    /// Counters.
-    pub counters: Counters,
-    keys: [u64; MAX_BURST],
-    owner: [u16; MAX_BURST],
-    ok: [bool; MAX_BURST],
-    flood: [bool; MAX_BURST],
-    sub: [u64; MAX_BURST],
-    subi: [u8; MAX_BURST],
-    fibv: [Option<u16>; MAX_BURST],
-}
-
 /// Home node of `key` under hash partitioning.
 #[inline]
 pub fn hash_home(seed: u64, key: u64, nodes: u8) -> u8 {
     fp_hash::reduce(fp_hash::hash_u64(seed, key), nodes as u64) as u8
 }
 
-/// Frames waiting for room on the interconnect (a switch port's small buffer): a full queue delays a
-/// frame instead of dropping it, so traffic overtaken by moves is not lost when queues are busy.
-struct Deferred {
-    frames: Burst,
-    to: [u8; 2 * MAX_BURST],
+/// What happens to one frame of a burst, decided before any frame moves.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// Dropped (counted when decided).
+    Drop,
+    /// Emitted on an external port; `strip`: remove the interconnect header first.
+    Emit { port: u16, hops: u8, strip: bool },
+    /// Encapsulated toward another node.
+    Forward(Encap),
+    /// Re-addressed in place for another hop.
+    Readdress {
+        to: u8,
+        kind: Kind,
+        hops: u8,
+        port: u16,
+    },
+    /// A group-addressed external frame: every other local port, and one flood to all nodes.
+    FloodOut,
+    /// A flood from another node: every local port.
+    FloodIn { hops: u8 },
 }
 
-impl Deferred {
-    /// Send `frame` to `to`, or queue it behind earlier deferred frames; counts the outcome.
-    #[inline]
-    fn send<L: Link>(&mut self, link: &mut L, c: &mut Counters, to: u8, frame: &[u8]) {
-        let r = if self.frames.is_empty() {
-            link.send(to, frame)
-        } else {
-            Err(LinkError::Full)
-        };
-        match r {
-            Ok(()) => c.ic_tx += 1,
-            Err(LinkError::Full) => {
-                let i = self.frames.len();
-                if self.frames.push(frame) {
-                    self.to[i] = to;
-                } else {
-                    c.drop_link_full += 1;
-                }
-            }
-            Err(LinkError::TooLarge) => c.drop_oversize += 1,
-            Err(LinkError::NoRoute) => c.drop_unknown += 1,
-        }
-    }
-
-    /// Retry the queued frames in order; returns how many left.
-    fn flush<L: Link>(&mut self, link: &mut L, c: &mut Counters) -> usize {
-        if self.frames.is_empty() {
-            return 0;
-        }
-        let before = self.frames.len();
-        let to = self.to;
-        let mut w = 0;
-        let mut blocked = false;
-        self.frames.retain(|i, f| {
-            let keep = blocked || link.send(to[i], f).is_err();
-            if keep {
-                // Keep the order: once one frame waits, the rest wait behind it.
-                blocked = true;
-                self.to[w] = to[i];
-                w += 1;
-            } else {
-                c.ic_tx += 1;
-            }
-            keep
-        });
-        before - self.frames.len()
-    }
-
-    fn free(&self) -> usize {
-        self.frames.capacity() - self.frames.len()
-    }
+/// One cluster node: a [`Stage`] with external ports `0..k` and the interconnect port `k`.
+pub struct NodeStage {
+    id: u8,
+    nodes: u8,
+    mode: Mode,
+    tables: Tables,
+    ports: u16,
+    burst: usize,
+    max_ic_frame: usize,
+    /// Counters.
+    pub counters: Counters,
+    by_hops: [u64; 3],
+    tx_no_port: u64,
+    ic_ignored: u64,
+    publish: Option<Arc<Mutex<Published>>>,
+    seq: u64,
+    keys: [u64; MAX_BURST],
+    owner: [u16; MAX_BURST],
+    ok: [bool; MAX_BURST],
+    sub: [u64; MAX_BURST],
+    subi: [u8; MAX_BURST],
+    fibv: [Option<u16>; MAX_BURST],
+    act: [Act; MAX_BURST],
 }
 
-/// Encapsulate `inner` and send it (or defer it); counts the outcome.
-#[inline]
-fn forward<L: Link>(
-    link: &mut L,
-    deferred: &mut Deferred,
-    out: &mut [u8],
-    c: &mut Counters,
-    e: Encap,
-    inner: &[u8],
-) {
-    match e.emit(inner, out) {
-        Ok(len) => deferred.send(link, c, e.to, &out[..len]),
-        Err(_) => c.drop_oversize += 1,
-    }
-}
-
-impl<L: Link, P: ExternalPort> Node<L, P> {
-    /// A node reading `tables`, connected by `link` and `port`. Panics if a ScaleBricks node has no
-    /// partition table.
-    pub fn new(cfg: NodeConfig, tables: Tables, link: L, port: P) -> Self {
-        let NodeConfig {
-            id,
-            nodes,
-            mode,
-            burst,
-            max_frame,
-        } = cfg;
-        assert!(mode != Mode::ScaleBricks || tables.gpt.is_some());
-        let burst = burst.clamp(1, MAX_BURST);
-        Node {
-            id,
-            nodes,
-            mode,
+impl NodeStage {
+    /// A node reading `tables`. Panics if a ScaleBricks node has no partition table.
+    pub fn new(cfg: NodeConfig, tables: Tables) -> NodeStage {
+        assert!(cfg.mode != Mode::ScaleBricks || tables.gpt.is_some());
+        NodeStage {
+            id: cfg.id,
+            nodes: cfg.nodes,
+            mode: cfg.mode,
             tables,
-            link,
-            port,
-            rx: Burst::new(burst, max_frame + ENCAP),
-            deferred: Deferred {
-                frames: Burst::new(2 * MAX_BURST, max_frame + ENCAP),
-                to: [0; 2 * MAX_BURST],
-            },
-            out: vec![0; max_frame + 2 * ENCAP].into_boxed_slice(),
-            burst,
+            ports: cfg.ports,
+            burst: cfg.burst.clamp(1, MAX_BURST),
+            max_ic_frame: cfg.max_frame + ENCAP,
             counters: Counters::default(),
+            by_hops: [0; 3],
+            tx_no_port: 0,
+            ic_ignored: 0,
+            publish: None,
+            seq: 0,
             keys: [0; MAX_BURST],
             owner: [0; MAX_BURST],
             ok: [false; MAX_BURST],
-            flood: [false; MAX_BURST],
             sub: [0; MAX_BURST],
             subi: [0; MAX_BURST],
             fibv: [None; MAX_BURST],
+            act: [Act::Drop; MAX_BURST],
+        }
+    }
+
+    /// Publish the counters into `to` at every maintenance (for readers on other threads).
+    pub fn publish_to(&mut self, to: Arc<Mutex<Published>>) {
+        self.publish = Some(to);
+    }
+
+    /// What the node would publish now.
+    pub fn published(&self) -> Published {
+        Published {
+            seq: self.seq,
+            counters: self.counters,
+            by_hops: self.by_hops,
+            tx_no_port: self.tx_no_port,
+            ic_ignored: self.ic_ignored,
         }
     }
 
@@ -278,56 +273,46 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
         self.id
     }
 
-    /// One round: retry deferred frames, drain a burst from the interconnect, then — if nothing waits
-    /// and the interconnect has room — take a burst from the external ports; finally flush the
-    /// link's and the ports' transmit queues. Returns the frames handled (0: idle).
-    pub fn poll(&mut self) -> usize {
-        let mut work = self.deferred.flush(&mut self.link, &mut self.counters);
-        work += self.poll_interconnect();
-        if self.deferred.frames.is_empty() && self.link.room(self.burst) {
-            work += self.poll_external();
-        }
-        self.link.flush();
-        self.port.flush();
-        work
+    /// The interconnect's port index (after the external ports).
+    pub fn interconnect_port(&self) -> usize {
+        self.ports as usize
     }
 
-    /// Handle one burst from the external ports.
-    pub fn poll_external(&mut self) -> usize {
-        self.rx.clear();
-        let n = self.port.rx_burst(&mut self.rx);
-        if n == 0 {
-            return 0;
-        }
+    /// The tables this node reads.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    fn gpt(&self) -> &SetSep {
+        self.tables
+            .gpt
+            .as_ref()
+            .expect("a ScaleBricks node has a partition table")
+    }
+
+    /// Decide the frames of an external burst from port `ingress`.
+    fn decide_external(&mut self, rx: &[Packet]) {
+        let n = rx.len();
+        let me = self.id;
         let c = &mut self.counters;
         c.ext_rx += n as u64;
-        let mut floods = 0;
-        for i in 0..n {
-            self.flood[i] = false;
-            match EthFrame::new_checked(self.rx.get(i)) {
-                Ok(f) if is_group(f.dst()) => {
-                    // Broadcast/multicast: no owner, flooded below.
-                    self.keys[i] = 0;
-                    self.ok[i] = false;
-                    self.flood[i] = true;
-                    floods += 1;
+        for (i, p) in rx.iter().enumerate() {
+            self.ok[i] = false;
+            self.act[i] = Act::Drop;
+            match p.data().get(..6) {
+                Some(d) if p.len() >= 14 => {
+                    let dst = MacAddr(d.try_into().expect("6 bytes"));
+                    if dst.is_multicast() {
+                        // Broadcast/multicast: no owner, flooded.
+                        self.act[i] = Act::FloodOut;
+                    } else {
+                        self.keys[i] = dst.to_u64();
+                        self.ok[i] = true;
+                    }
                 }
-                Ok(f) => {
-                    self.keys[i] = f.dst_key();
-                    self.ok[i] = true;
-                }
-                Err(_) => {
-                    self.keys[i] = 0;
-                    self.ok[i] = false;
-                    c.drop_malformed += 1;
-                }
+                _ => c.drop_malformed += 1,
             }
         }
-        if floods > 0 {
-            self.flood_external(n);
-        }
-        let c = &mut self.counters;
-        let me = self.id;
         // 1. Who handles each frame: here (`owner == me`) or another node, and with which kind.
         let fwd_kind = match self.mode {
             Mode::ScaleBricks => {
@@ -335,7 +320,7 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
                     .tables
                     .gpt
                     .as_ref()
-                    .expect("ScaleBricks node has a partition table");
+                    .expect("a ScaleBricks node has a partition table");
                 gpt.get_batch(&self.keys[..n], &mut self.owner[..n]);
                 c.gpt_lookups += n as u64;
                 Kind::ToOwner
@@ -365,166 +350,91 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
             self.tables
                 .fib
                 .get_batch(&self.sub[..m], &mut self.fibv[..m]);
-            c.fib_lookups += m as u64;
+            self.counters.fib_lookups += m as u64;
         }
-        // 3. Act.
+        let encap = |to: u8, kind: Kind, port: u16| Encap {
+            from: me,
+            to,
+            kind,
+            hops: 1,
+            ingress: me,
+            port,
+        };
+        // 3. Frames handled here.
         for j in 0..m {
             let i = self.subi[j] as usize;
-            let frame = self.rx.get(i);
-            match (self.mode, self.fibv[j]) {
+            self.act[i] = match (self.mode, self.fibv[j]) {
                 (Mode::ScaleBricks, None) => {
                     // The entry may have moved away between the partition-table lookup and the
-                    // FIB lookup (the partition table changes before the old FIB entry goes): ask
-                    // the partition table again.
-                    let gpt = self
-                        .tables
-                        .gpt
-                        .as_ref()
-                        .expect("ScaleBricks node has a partition table");
-                    c.gpt_lookups += 1;
-                    let to = gpt.get(self.keys[i]);
+                    // FIB lookup (the partition table changes before the old FIB entry goes):
+                    // ask the partition table again.
+                    self.counters.gpt_lookups += 1;
+                    let to = self.gpt().get(self.keys[i]);
                     if to == me as u16 || to >= self.nodes as u16 {
-                        c.drop_unknown += 1;
+                        self.counters.drop_unknown += 1;
+                        Act::Drop
                     } else {
-                        let e = Encap {
-                            from: me,
-                            to: to as u8,
-                            kind: Kind::ToOwner,
-                            hops: 1,
-                            ingress: me,
-                            port: 0,
-                        };
-                        forward(
-                            &mut self.link,
-                            &mut self.deferred,
-                            &mut self.out,
-                            c,
-                            e,
-                            frame,
-                        );
+                        Act::Forward(encap(to as u8, Kind::ToOwner, 0))
                     }
                 }
-                (_, None) => c.drop_unknown += 1,
-                (Mode::ScaleBricks, Some(port)) => {
-                    self.port.tx(port, frame, 0);
-                    c.emitted += 1;
+                (_, None) => {
+                    self.counters.drop_unknown += 1;
+                    Act::Drop
                 }
+                (Mode::ScaleBricks, Some(port)) => Act::Emit {
+                    port,
+                    hops: 0,
+                    strip: false,
+                },
                 (_, Some(v)) => {
                     let (egress, port) = ((v >> 8) as u8, v & 0xFF);
                     if egress == me {
-                        self.port.tx(port, frame, 0);
-                        c.emitted += 1;
-                    } else {
-                        let e = Encap {
-                            from: me,
-                            to: egress,
-                            kind: Kind::ToEgress,
-                            hops: 1,
-                            ingress: me,
+                        Act::Emit {
                             port,
-                        };
-                        forward(
-                            &mut self.link,
-                            &mut self.deferred,
-                            &mut self.out,
-                            c,
-                            e,
-                            frame,
-                        );
+                            hops: 0,
+                            strip: false,
+                        }
+                    } else {
+                        Act::Forward(encap(egress, Kind::ToEgress, port))
                     }
                 }
-            }
+            };
         }
+        // 4. Frames handled elsewhere.
         for i in 0..n {
             let o = self.owner[i];
             if !self.ok[i] || o == me as u16 {
                 continue;
             }
-            if o >= self.nodes as u16 {
+            self.act[i] = if o >= self.nodes as u16 {
                 // A partition table maps unknown keys to arbitrary values, possibly no node.
-                c.drop_unknown += 1;
-                continue;
-            }
-            let e = Encap {
-                from: me,
-                to: o as u8,
-                kind: fwd_kind,
-                hops: 1,
-                ingress: me,
-                port: 0,
+                self.counters.drop_unknown += 1;
+                Act::Drop
+            } else {
+                Act::Forward(encap(o as u8, fwd_kind, 0))
             };
-            forward(
-                &mut self.link,
-                &mut self.deferred,
-                &mut self.out,
-                c,
-                e,
-                self.rx.get(i),
-            );
         }
-        n
     }
 
-    /// Flood the group-addressed frames of the external burst: every local port but the ingress
-    /// port, and one `Flood` frame to all other nodes.
-    #[cold]
-    #[inline(never)]
-    fn flood_external(&mut self, n: usize) {
+    /// Decide the frames of an interconnect burst.
+    fn decide_interconnect(&mut self, rx: &[Packet]) {
         let me = self.id;
-        let ports = self.port.ports();
-        let c = &mut self.counters;
-        for i in 0..n {
-            if !self.flood[i] {
+        let mut m = 0;
+        for (i, p) in rx.iter().enumerate() {
+            self.ok[i] = false;
+            self.act[i] = Act::Drop;
+            let d = p.data();
+            // Frames for other nodes or of other protocols share a real interconnect: ignored.
+            let for_me = d.len() >= 14
+                && (d[..6] == node_mac(me).0 || d[..6] == FLOOD_MAC.0)
+                && d[12..14] == ETHERTYPE_INTERCONNECT.to_be_bytes();
+            if !for_me {
+                self.ic_ignored += 1;
                 continue;
             }
-            let frame = self.rx.get(i);
-            let ingress = self.rx.port(i);
-            c.flooded += 1;
-            for p in (0..ports).filter(|&p| p != ingress) {
-                self.port.tx(p, frame, 0);
-                c.flood_emitted += 1;
-            }
-            if self.nodes > 1 {
-                let e = Encap {
-                    from: me,
-                    to: ALL_NODES,
-                    kind: Kind::Flood,
-                    hops: 1,
-                    ingress: me,
-                    port: ingress,
-                };
-                forward(
-                    &mut self.link,
-                    &mut self.deferred,
-                    &mut self.out,
-                    c,
-                    e,
-                    frame,
-                );
-            }
-        }
-    }
-
-    /// Handle one burst from the interconnect (only when the deferral buffer could take a whole
-    /// burst of forwards, so forwarding does not have to drop).
-    pub fn poll_interconnect(&mut self) -> usize {
-        self.rx.clear();
-        if self.deferred.free() < self.burst {
-            return 0;
-        }
-        let n = self.link.recv(&mut self.rx);
-        if n == 0 {
-            return 0;
-        }
-        let me = self.id;
-        let c = &mut self.counters;
-        c.ic_rx += n as u64;
-        // Parse; collect the keys that need a FIB lookup.
-        let mut m = 0;
-        for i in 0..n {
-            self.ok[i] = false;
-            let Ok(ic) = Interconnect::new_checked(self.rx.get(i)) else {
-                c.drop_malformed += 1;
+            self.counters.ic_rx += 1;
+            let Ok(ic) = Interconnect::new_checked(d) else {
+                self.counters.drop_malformed += 1;
                 continue;
             };
             let to_me = match ic.kind() {
@@ -532,13 +442,15 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
                 _ => ic.dst_node() == me,
             };
             if !to_me {
-                c.drop_malformed += 1;
+                self.counters.drop_malformed += 1;
                 continue;
             }
             self.ok[i] = true;
             if !matches!(ic.kind(), Kind::ToEgress | Kind::Flood) {
                 // The shim check guarantees an inner Ethernet header.
-                self.keys[i] = EthFrame::new_unchecked(ic.inner()).dst_key();
+                let inner = ic.inner();
+                self.keys[i] =
+                    MacAddr(inner[..6].try_into().expect("an inner Ethernet header")).to_u64();
                 self.sub[m] = self.keys[i];
                 self.subi[m] = i as u8;
                 self.owner[i] = m as u16;
@@ -549,31 +461,27 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
             self.tables
                 .fib
                 .get_batch(&self.sub[..m], &mut self.fibv[..m]);
-            c.fib_lookups += m as u64;
+            self.counters.fib_lookups += m as u64;
         }
-        for i in 0..n {
+        for (i, p) in rx.iter().enumerate() {
             if !self.ok[i] {
                 continue;
             }
-            let ic = Interconnect::new_unchecked(self.rx.get(i));
+            let ic = Interconnect::new_unchecked(p.data());
             let (kind, hops) = (ic.kind(), ic.hops());
-            match kind {
+            let emit = |port| Act::Emit {
+                port,
+                hops,
+                strip: true,
+            };
+            self.act[i] = match kind {
                 Kind::Flood => {
-                    c.flood_ic_rx += 1;
-                    for p in 0..self.port.ports() {
-                        self.port.tx(p, ic.inner(), hops);
-                        c.flood_emitted += 1;
-                    }
+                    self.counters.flood_ic_rx += 1;
+                    Act::FloodIn { hops }
                 }
-                Kind::ToEgress => {
-                    self.port.tx(ic.egress_port(), ic.inner(), hops);
-                    c.emitted += 1;
-                }
+                Kind::ToEgress => emit(ic.egress_port()),
                 Kind::ToOwner => match self.fibv[self.owner[i] as usize] {
-                    Some(port) => {
-                        self.port.tx(port, ic.inner(), hops);
-                        c.emitted += 1;
-                    }
+                    Some(port) => emit(port),
                     None => {
                         let to = match (&self.tables.gpt, hops < MAX_HOPS) {
                             (Some(g), true) => g.get(self.keys[i]),
@@ -582,64 +490,196 @@ impl<L: Link, P: ExternalPort> Node<L, P> {
                         if to == me as u16 {
                             // The entry moved away and back while the frame travelled: the FIB
                             // insert precedes the partition-table update, so look again.
-                            c.fib_lookups += 1;
+                            self.counters.fib_lookups += 1;
                             match self.tables.fib.get(self.keys[i]) {
-                                Some(port) => {
-                                    self.port.tx(port, ic.inner(), hops);
-                                    c.emitted += 1;
+                                Some(port) => emit(port),
+                                None => {
+                                    self.counters.drop_unknown += 1;
+                                    Act::Drop
                                 }
-                                None => c.drop_unknown += 1,
                             }
                         } else if to >= self.nodes as u16 {
-                            c.drop_unknown += 1;
+                            self.counters.drop_unknown += 1;
+                            Act::Drop
                         } else {
-                            let f = self.rx.get_mut(i);
-                            Interconnect::new_unchecked(&mut *f).readdress(
-                                me,
-                                to as u8,
-                                Kind::ToOwner,
-                                hops + 1,
-                                0,
-                            );
-                            c.redirected += 1;
-                            self.deferred
-                                .send(&mut self.link, c, to as u8, self.rx.get(i));
+                            self.counters.redirected += 1;
+                            Act::Readdress {
+                                to: to as u8,
+                                kind: Kind::ToOwner,
+                                hops: hops + 1,
+                                port: 0,
+                            }
                         }
                     }
                 },
                 Kind::ToLookup => match self.fibv[self.owner[i] as usize] {
-                    None => c.drop_unknown += 1,
+                    None => {
+                        self.counters.drop_unknown += 1;
+                        Act::Drop
+                    }
                     Some(v) => {
                         let (egress, port) = ((v >> 8) as u8, v & 0xFF);
                         if egress == me {
-                            self.port.tx(port, ic.inner(), hops);
-                            c.emitted += 1;
+                            emit(port)
                         } else {
-                            let f = self.rx.get_mut(i);
-                            Interconnect::new_unchecked(&mut *f).readdress(
-                                me,
-                                egress,
-                                Kind::ToEgress,
-                                hops + 1,
+                            Act::Readdress {
+                                to: egress,
+                                kind: Kind::ToEgress,
+                                hops: hops + 1,
                                 port,
-                            );
-                            self.deferred
-                                .send(&mut self.link, c, egress, self.rx.get(i));
+                            }
                         }
                     }
                 },
-            }
+            };
+        }
+    }
+
+    /// Hand `p` to external port `port`, with the hops it took.
+    #[inline]
+    fn emit(&mut self, mut p: Packet, port: u16, hops: u8, out: &mut Outputs, pool: &mut Pool) {
+        if port >= self.ports {
+            self.tx_no_port += 1;
+            pool.put(p);
+            return;
+        }
+        p.tag = hops as u16;
+        self.by_hops[(hops as usize).min(2)] += 1;
+        out.to(port as usize).push(p);
+    }
+
+    /// Queue `p` (an interconnect frame) for the interconnect.
+    #[inline]
+    fn send_over_interconnect(&mut self, p: Packet, out: &mut Outputs) {
+        self.counters.ic_tx += 1;
+        out.to(self.ports as usize).push(p);
+    }
+
+    /// Encapsulate `p` toward another node.
+    #[inline]
+    fn forward(&mut self, mut p: Packet, e: Encap, out: &mut Outputs, pool: &mut Pool) {
+        if p.len() + ENCAP > self.max_ic_frame || e.prepend(&mut p).is_err() {
+            self.counters.drop_oversize += 1;
+            pool.put(p);
+            return;
+        }
+        self.send_over_interconnect(p, out);
+    }
+
+    /// Copies of `p` on every external port but `except` (`u16::MAX`: none); returns how many.
+    fn copies(
+        &mut self,
+        p: &Packet,
+        except: u16,
+        hops: u8,
+        out: &mut Outputs,
+        pool: &mut Pool,
+    ) -> u64 {
+        let mut n = 0;
+        for port in (0..self.ports).filter(|&q| q != except) {
+            let Some(mut c) = pool.get() else {
+                // No buffer for a copy: the copy is lost (the worker's pool is sized so this
+                // does not happen).
+                self.counters.drop_no_buffer += 1;
+                continue;
+            };
+            c.fill(p.data());
+            c.ts_ns = p.ts_ns;
+            self.emit(c, port, hops, out, pool);
+            n += 1;
         }
         n
     }
 
-    /// Frames waiting on this node's interconnect port.
-    pub fn pending(&self) -> usize {
-        self.link.pending()
+    /// Carry out the decisions, in the burst's order.
+    fn apply(&mut self, ingress: u16, rx: &mut Vec<Packet>, out: &mut Outputs, pool: &mut Pool) {
+        for (i, mut p) in rx.drain(..).enumerate() {
+            match self.act[i] {
+                Act::Drop => pool.put(p),
+                Act::Emit {
+                    port,
+                    hops,
+                    strip: s,
+                } => {
+                    if s {
+                        strip(&mut p);
+                    }
+                    self.counters.emitted += 1;
+                    self.emit(p, port, hops, out, pool);
+                }
+                Act::Forward(e) => self.forward(p, e, out, pool),
+                Act::Readdress {
+                    to,
+                    kind,
+                    hops,
+                    port,
+                } => {
+                    Interconnect::new_unchecked(p.data_mut())
+                        .readdress(self.id, to, kind, hops, port);
+                    self.send_over_interconnect(p, out);
+                }
+                Act::FloodOut => {
+                    self.counters.flooded += 1;
+                    self.counters.flood_emitted += self.copies(&p, ingress, 0, out, pool);
+                    if self.nodes > 1 {
+                        let e = Encap {
+                            from: self.id,
+                            to: ALL_NODES,
+                            kind: Kind::Flood,
+                            hops: 1,
+                            ingress: self.id,
+                            port: ingress,
+                        };
+                        self.forward(p, e, out, pool);
+                    } else {
+                        pool.put(p);
+                    }
+                }
+                Act::FloodIn { hops } => {
+                    strip(&mut p);
+                    self.counters.flood_emitted += self.copies(&p, u16::MAX, hops, out, pool);
+                    pool.put(p);
+                }
+            }
+        }
+    }
+}
+
+impl Stage for NodeStage {
+    fn process(
+        &mut self,
+        port: usize,
+        rx: &mut Vec<Packet>,
+        out: &mut Outputs,
+        pool: &mut Pool,
+        _now_ns: u64,
+    ) {
+        if port == self.ports as usize {
+            self.decide_interconnect(rx);
+            self.apply(u16::MAX, rx, out, pool);
+        } else {
+            self.decide_external(rx);
+            self.apply(port as u16, rx, out, pool);
+        }
     }
 
-    /// The tables this node reads.
-    pub fn tables(&self) -> &Tables {
-        &self.tables
+    /// External input only while nothing waits for the interconnect and a whole burst fits;
+    /// interconnect input only while a burst of forwards still fits behind what waits.
+    #[inline]
+    fn admit(&mut self, port: usize, out: &Outputs) -> bool {
+        let ic = self.ports as usize;
+        if port == ic {
+            out.queued(ic) + self.burst <= DEFER
+        } else {
+            out.queued(ic) == 0 && out.room(ic) >= self.burst
+        }
+    }
+
+    fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
+        if let Some(m) = &self.publish {
+            self.seq += 1;
+            let p = self.published();
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = p;
+        }
     }
 }

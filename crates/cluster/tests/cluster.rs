@@ -3,11 +3,10 @@
 //! updates (additions, moves, repoints, deletions) run concurrently with traffic; frames of a
 //! deleted key are never emitted once the deletion returned.
 
-use fp_cluster::wire::EthFrame;
 use fp_cluster::{
-    build, Burst, Cluster, ClusterConfig, Delivery, ExternalPort, Frames, GenPort, Mode, Sink,
-    Update, MAX_HOPS,
+    build, Cluster, ClusterConfig, Delivery, Frames, GenPort, Mode, Update, MAX_HOPS,
 };
+use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,15 +28,21 @@ fn entries(seed: u64, n: usize, nodes: u8) -> Vec<(u64, u8, u16)> {
         .collect()
 }
 
-/// Node `i`'s frames carry source MAC 02:00:00:00:00:i.
-fn ports(nodes: u8, keys: &[u64], limit: u64, stamps: &Arc<AtomicU64>) -> Vec<GenPort> {
+/// The source MAC of node `i`'s test frames: 02:00:00:00:00:i.
+fn src(i: u8) -> MacAddr {
+    MacAddr([2, 0, 0, 0, 0, i])
+}
+
+/// Every node's external ports; traffic enters at port 0 of each node.
+fn ports(nodes: u8, keys: &[u64], limit: u64, stamps: &Arc<AtomicU64>) -> Vec<Vec<GenPort>> {
     (0..nodes)
         .map(|i| {
-            GenPort::new(
-                Frames::to_keys(keys, 64, [2, 0, 0, 0, 0, i]),
+            GenPort::node(
+                PORTS,
+                Frames::to_keys(keys, 64, src(i)),
                 limit,
-                stamps.clone(),
-                Sink::new(PORTS as usize, true),
+                stamps,
+                true,
             )
         })
         .collect()
@@ -46,13 +51,23 @@ fn ports(nodes: u8, keys: &[u64], limit: u64, stamps: &Arc<AtomicU64>) -> Vec<Ge
 /// (node, delivery) for everything emitted so far; clears the logs.
 fn drain(c: &mut Cluster<GenPort>) -> Vec<(u8, Delivery)> {
     let mut v = vec![];
-    for n in &mut c.nodes {
-        let id = n.id();
-        for d in n.port.sink.log.as_mut().unwrap().drain(..) {
-            v.push((id, d));
+    for i in 0..c.nodes.len() {
+        for p in 0..PORTS as usize {
+            for d in c.external_mut(i, p).sink.log.as_mut().unwrap().drain(..) {
+                v.push((i as u8, d));
+            }
         }
     }
     v
+}
+
+/// Inject `frames` (to `keys`) at port 0 of every node.
+fn inject(c: &mut Cluster<GenPort>, keys: &[u64]) {
+    for i in 0..c.nodes.len() {
+        let port = c.external_mut(i, 0);
+        port.set_frames(Frames::to_keys(keys, 64, src(i as u8)));
+        port.add_limit(keys.len() as u64);
+    }
 }
 
 /// Every stamp in `stamps` delivered exactly once, at the key's owner and port, with the expected
@@ -82,7 +97,7 @@ fn check_exact(
             "{mode:?}: key {:#x} emitted at the wrong place",
             d.key
         );
-        let ingress = d.src[5];
+        let ingress = d.src.0[5];
         match mode {
             Mode::ScaleBricks | Mode::Duplicate => {
                 assert_eq!(
@@ -184,22 +199,14 @@ fn after_updates_frames_take_the_new_path() {
             .filter(|k| table.contains_key(k))
             .collect();
         let base = stamps.load(Ordering::Relaxed);
-        for n in &mut c.nodes {
-            n.port
-                .set_frames(Frames::to_keys(&live, 64, [2, 0, 0, 0, 0, n.id()]));
-            n.port.add_limit(live.len() as u64);
-        }
+        inject(&mut c, &live);
         c.run_until_idle(1 << 20);
         let total = live.len() as u64 * nodes as u64;
         check_exact(mode, &drain(&mut c), base..base + total, &table);
         // Deleted keys: dropped as unknown, never emitted.
         let deleted: Vec<u64> = es[1200..1500].iter().map(|e| e.0).collect();
         let before = c.counters();
-        for n in &mut c.nodes {
-            n.port
-                .set_frames(Frames::to_keys(&deleted, 64, [2, 0, 0, 0, 0, n.id()]));
-            n.port.add_limit(deleted.len() as u64);
-        }
+        inject(&mut c, &deleted);
         c.run_until_idle(1 << 20);
         assert!(
             drain(&mut c).is_empty(),
@@ -215,39 +222,6 @@ fn after_updates_frames_take_the_new_path() {
             after.drop_link_full + after.drop_malformed + after.drop_oversize,
             0
         );
-    }
-}
-
-/// External ports that note the key of every frame that enters (by stamp), so that frames the
-/// cluster dropped are accounted for too, not only the ones it emitted.
-struct Tap {
-    gen: GenPort,
-    /// (stamp, key) of every frame that entered here.
-    entered: Vec<(u64, u64)>,
-}
-
-impl ExternalPort for Tap {
-    fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        let start = burst.len();
-        let n = self.gen.rx_burst(burst);
-        for i in start..start + n {
-            let f = EthFrame::new_checked(burst.get(i)).unwrap();
-            let stamp = u64::from_le_bytes(f.payload()[..8].try_into().unwrap());
-            self.entered.push((stamp, f.dst_key()));
-        }
-        n
-    }
-
-    fn tx(&mut self, port: u16, frame: &[u8], hops: u8) {
-        self.gen.tx(port, frame, hops)
-    }
-
-    fn ports(&self) -> u16 {
-        self.gen.ports()
-    }
-
-    fn flush(&mut self) {
-        self.gen.flush()
     }
 }
 
@@ -281,14 +255,9 @@ fn updates_while_traffic_flows() {
     let per_node = 60_000u64;
     let mut cfg = ClusterConfig::new(nodes, Mode::ScaleBricks, PORTS, 5000);
     cfg.ring_slots = 4096;
-    let taps: Vec<Tap> = ports(nodes, &keys, per_node, &stamps)
-        .into_iter()
-        .map(|gen| Tap {
-            gen,
-            entered: Vec::with_capacity(per_node as usize),
-        })
-        .collect();
-    let (mut c, mut ctl) = build(&cfg, present, taps).unwrap();
+    // The ports log what enters too, so frames the cluster dropped are accounted for, not only the
+    // ones it emitted.
+    let (mut c, mut ctl) = build(&cfg, present, ports(nodes, &keys, per_node, &stamps)).unwrap();
     let mut history: HashMap<u64, History> = pool
         .iter()
         .enumerate()
@@ -355,24 +324,22 @@ fn updates_while_traffic_flows() {
     assert_eq!(total, per_node * nodes as u64);
     // stamp → (key, ingress node).
     let mut entered: Vec<Option<(u64, u8)>> = vec![None; total as usize];
-    for n in &c.nodes {
-        for &(s, k) in &n.port.entered {
-            assert!(entered[s as usize].replace((k, n.id())).is_none());
+    for i in 0..c.nodes.len() {
+        for port in c.externals(i) {
+            for &(s, k) in port.entered.as_ref().unwrap() {
+                assert!(entered[s as usize].replace((k, i as u8)).is_none());
+            }
         }
     }
     // stamp → (node, port, hops) where it was emitted.
     let mut emitted: Vec<Option<(u8, u16, u8)>> = vec![None; total as usize];
     let mut emitted_n = 0u64;
-    for n in &mut c.nodes {
-        let id = n.id();
-        for d in n.port.gen.sink.log.as_mut().unwrap().drain(..) {
-            let (k, ingress) =
-                entered[d.stamp as usize].expect("emitted a frame that never entered");
-            assert_eq!((d.key, d.src[5]), (k, ingress));
-            let prev = emitted[d.stamp as usize].replace((id, d.port, d.hops));
-            assert!(prev.is_none(), "stamp {} emitted twice", d.stamp);
-            emitted_n += 1;
-        }
+    for (id, d) in drain(&mut c) {
+        let (k, ingress) = entered[d.stamp as usize].expect("emitted a frame that never entered");
+        assert_eq!((d.key, d.src.0[5]), (k, ingress));
+        let prev = emitted[d.stamp as usize].replace((id, d.port, d.hops));
+        assert!(prev.is_none(), "stamp {} emitted twice", d.stamp);
+        emitted_n += 1;
     }
     let cn = c.counters();
     assert_eq!(
@@ -462,15 +429,9 @@ fn hash_partitioned_fibs_fill_to_capacity() {
     for nodes in [2u8, 4] {
         let es = entries(9, 100_000, nodes);
         let cfg = ClusterConfig::new(nodes, Mode::HashPartition, PORTS, 100_000);
-        let ports: Vec<GenPort> = (0..nodes)
-            .map(|_| {
-                GenPort::new(
-                    Frames::to_keys(&[], 64, [2, 0, 0, 0, 0, 0]),
-                    0,
-                    Arc::new(AtomicU64::new(0)),
-                    Sink::new(4, false),
-                )
-            })
+        let stamps = Arc::new(AtomicU64::new(0));
+        let ports: Vec<Vec<GenPort>> = (0..nodes)
+            .map(|_| GenPort::node(PORTS, Frames::to_keys(&[], 64, src(0)), 0, &stamps, false))
             .collect();
         let (c, _) = build(&cfg, &es, ports).unwrap();
         let total: usize = (0..nodes as usize).map(|i| c.memory(i).fib_entries).sum();
@@ -508,8 +469,8 @@ fn group_frames_are_flooded_once_to_every_other_port() {
             let mut copies: HashMap<u64, (u8, Vec<FloodCopy>)> = HashMap::new();
             for &(node, d) in &got {
                 if group.contains(&d.key) {
-                    let e = copies.entry(d.stamp).or_insert((d.src[5], vec![]));
-                    assert_eq!(e.0, d.src[5]);
+                    let e = copies.entry(d.stamp).or_insert((d.src.0[5], vec![]));
+                    assert_eq!(e.0, d.src.0[5]);
                     e.1.push((node, d.port, d.hops));
                 } else {
                     let (o, p) = table[&d.key];

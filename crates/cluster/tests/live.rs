@@ -1,8 +1,8 @@
 //! The ScaleBricks cluster on real interfaces (issue 8): two nodes, each in its own network
 //! namespace, each with two external ports on veths to host namespaces, their interconnect ports on
-//! a Linux bridge in a third namespace. Nodes run as threads of this test (their AF_PACKET sockets
-//! were opened inside the node namespaces); the control plane installs the four host MACs as static
-//! entries (host MAC → owner node, port).
+//! a Linux bridge in a third namespace. Nodes run on the engine's worker threads in this test
+//! process (their AF_PACKET sockets were opened inside the node namespaces); the control plane
+//! installs the four host MACs as static entries (host MAC → owner node, port).
 //!
 //! ```text
 //!  h0 10.77.0.1 ─ p0 ┐                       ┌ p0 ─ h2 10.77.0.3
@@ -22,14 +22,13 @@
 //! with the reason.
 
 use anyhow::{bail, ensure, Context, Result};
-use fp_cluster::live::{self, AfPacketLink, AfPacketPorts, LiveNode, NodeStats};
-use fp_cluster::wire::{mac_to_key, node_mac, Interconnect, Kind};
-use fp_cluster::{build_tables, ClusterConfig, Controller, Counters, Mode, Node, Update};
+use fp_cluster::interconnect::{node_mac, Interconnect, Kind};
+use fp_cluster::live::{self, LiveNode, NodeStats};
+use fp_cluster::{build_tables, ClusterConfig, Controller, Counters, Mode, Update};
 use fp_testnet::{Netns, TestNet};
+use fp_wire::ethernet::MacAddr;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// (node, external port, MAC, IPv4) of the four hosts.
@@ -86,7 +85,7 @@ fn topology(net: &TestNet) -> Result<Topology> {
         let (e, _) = net.veth(&h, "eth0", &nodes[node as usize], &format!("p{port}"))?;
         e.set_mac(&mac_str(mac))?;
         e.addr_add(&format!("{ip}/24"))?;
-        // Kernel senders: full checksums and no 64 KB TSO frames (PLATFORM.md pitfall 1).
+        // Kernel senders: full checksums and no 64 KB TSO frames (docs/live-ports.md).
         e.tx_checksum_off()?;
         // Keep resolved neighbours reachable for the whole test, so that no unicast ARP probe
         // interleaves with the exchanges whose frames are counted exactly.
@@ -104,12 +103,8 @@ fn topology(net: &TestNet) -> Result<Topology> {
 /// again since the previous look 30 ms earlier, nothing changed in between, and every frame one
 /// node sent over the interconnect the other has received. After 10 s, whatever was read last (the
 /// checks then fail with the numbers).
-fn settle(pubs: &[Mutex<NodeStats>]) -> Vec<NodeStats> {
-    let read = || -> Vec<NodeStats> {
-        pubs.iter()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .collect()
-    };
+fn settle(nodes: &[LiveNode]) -> Vec<NodeStats> {
+    let read = || -> Vec<NodeStats> { nodes.iter().map(|n| n.stats()).collect() };
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut prev = read();
     loop {
@@ -130,13 +125,10 @@ fn settle(pubs: &[Mutex<NodeStats>]) -> Vec<NodeStats> {
 }
 
 /// Wait (up to 10 s) until `done` holds for the published counters.
-fn wait_for(pubs: &[Mutex<NodeStats>], done: impl Fn(&[NodeStats]) -> bool) {
+fn wait_for(nodes: &[LiveNode], done: impl Fn(&[NodeStats]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        let cur: Vec<NodeStats> = pubs
-            .iter()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .collect();
+        let cur: Vec<NodeStats> = nodes.iter().map(|n| n.stats()).collect();
         if done(&cur) {
             return;
         }
@@ -321,8 +313,8 @@ fn csum_errors(ns: &Netns) -> Result<u64> {
 
 /// An interconnect frame seen in a capture.
 struct Captured {
-    outer_src: [u8; 6],
-    outer_dst: [u8; 6],
+    outer_src: MacAddr,
+    outer_dst: MacAddr,
     kind: Kind,
     hops: u8,
     inner: Vec<u8>,
@@ -340,8 +332,8 @@ fn interconnect_frames(path: &std::path::Path) -> Result<Vec<Captured>> {
             );
         };
         v.push(Captured {
-            outer_src: f[6..12].try_into()?,
-            outer_dst: f[..6].try_into()?,
+            outer_src: MacAddr(f[6..12].try_into()?),
+            outer_dst: MacAddr(f[..6].try_into()?),
             kind: ic.kind(),
             hops: ic.hops(),
             inner: ic.inner().to_vec(),
@@ -359,53 +351,26 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     let cfg = ClusterConfig::new(2, Mode::ScaleBricks, 2, 64);
     let entries: Vec<(u64, u8, u16)> = HOSTS
         .iter()
-        .map(|&(node, port, mac, _)| (mac_to_key(mac), node, port))
+        .map(|&(node, port, mac, _)| (MacAddr(mac).to_u64(), node, port))
         .collect();
     let (tables, mut control) = build_tables(&cfg, &entries)?;
     let mut nodes: Vec<LiveNode> = vec![];
     for (i, t) in tables.into_iter().enumerate() {
-        let afp = live::afpacket_config();
-        let (link, ports) = topo.nodes[i].enter(|| {
-            Ok::<_, fp_engine::afpacket::AfPacketError>((
-                AfPacketLink::open("ic0", i as u8, 2, &afp)?,
-                AfPacketPorts::open(&["p0", "p1"], &afp)?,
-            ))
-        })??;
-        nodes.push(Node::new(cfg.node_config(i as u8), t, link, ports));
+        let ports = topo.nodes[i].enter(|| live::open(&["p0", "p1"], "ic0", "af_packet"))??;
+        nodes.push(live::start(cfg.node_config(i as u8), t, ports)?);
     }
 
-    // The nodes run on their own threads for the whole test; the scenario reads their published
-    // counters. Stopped (and drained) when the scenario ends, also on a failed assertion.
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
+    // The nodes run on their own threads for the whole test; the scenario reads their counters.
+    // Stopped (and drained) when the scenario ends, also on a failed assertion.
+    let r = scenario(&topo, &mut control, &nodes);
+    for n in nodes {
+        n.stop()?;
     }
-    let pubs: Vec<Mutex<NodeStats>> = (0..2).map(|_| Mutex::default()).collect();
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| -> Result<()> {
-        let handles: Vec<_> = nodes
-            .iter_mut()
-            .zip(&pubs)
-            .map(|(n, p)| {
-                let stop = &stop;
-                s.spawn(move || live::run(n, stop, Duration::from_millis(5), Some(p)))
-            })
-            .collect();
-        let r = {
-            let _stop = StopOnDrop(&stop);
-            scenario(&topo, &mut control, &pubs)
-        };
-        for h in handles {
-            h.join().expect("node thread panicked")?;
-        }
-        r
-    })
+    r
 }
 
 /// The phases of the test, on the running cluster.
-fn scenario(topo: &Topology, control: &mut Controller, pubs: &[Mutex<NodeStats>]) -> Result<()> {
+fn scenario(topo: &Topology, control: &mut Controller, pubs: &[LiveNode]) -> Result<()> {
     let h = &topo.hosts;
 
     // 1. Pings: across the cluster both ways (the first of each needs ARP, a broadcast flooded
@@ -528,7 +493,7 @@ fn scenario(topo: &Topology, control: &mut Controller, pubs: &[Mutex<NodeStats>]
 
     // 4. The control plane on the running cluster: remove h2's entry — h0's datagrams to h2 are
     // dropped as unknown, none reaches h2; restore it — the exchange works again.
-    let h2_key = mac_to_key(HOSTS[2].2);
+    let h2_key = MacAddr(HOSTS[2].2).to_u64();
     assert_eq!(control.remove(h2_key)?, Update::Deleted);
     let srv = h[2].enter(|| UdpSocket::bind("10.77.0.3:7002"))??;
     srv.set_nonblocking(true)?;

@@ -100,6 +100,8 @@ pub struct Options {
     pub drain: Duration,
     /// Largest backlog kept for a momentarily full port; beyond, packets are dropped (counted).
     pub max_backlog: usize,
+    /// Most frames taken from a port at once (1..=`MAX_BURST`).
+    pub burst: usize,
 }
 
 impl Default for Options {
@@ -116,6 +118,7 @@ impl Default for Options {
             buffers: 8 * MAX_BURST,
             drain: Duration::ZERO,
             max_backlog: 8 * MAX_BURST,
+            burst: MAX_BURST,
         }
     }
 }
@@ -191,21 +194,23 @@ pub enum EngineError {
 }
 
 /// One worker's state and its pass: the receive → process → transmit step, usable on its own by
-/// deterministic harnesses that interleave several workers on one thread.
-pub struct Core<S> {
+/// deterministic harnesses that interleave several workers on one thread (which may use a port
+/// type of their own, `P`, to reach their ports' contents).
+pub struct Core<S, P = Box<dyn Port>> {
     stage: S,
-    ports: Vec<Box<dyn Port>>,
+    ports: Vec<P>,
     pool: Pool,
     rx: Vec<Packet>,
     out: Outputs,
     counters: Arc<WorkerCounters>,
     now: u64,
     max_backlog: usize,
+    burst: usize,
 }
 
-impl<S: Stage> Core<S> {
+impl<S: Stage, P: Port> Core<S, P> {
     /// A worker with `buffers` packet buffers.
-    pub fn new(stage: S, ports: Vec<Box<dyn Port>>, buffers: usize) -> Core<S> {
+    pub fn new(stage: S, ports: Vec<P>, buffers: usize) -> Core<S, P> {
         let n = ports.len();
         Core {
             stage,
@@ -216,7 +221,13 @@ impl<S: Stage> Core<S> {
             counters: Arc::new(WorkerCounters::new(n)),
             now: 0,
             max_backlog: 8 * MAX_BURST,
+            burst: MAX_BURST,
         }
+    }
+
+    /// Take at most `frames` (1..=`MAX_BURST`) from a port at once.
+    pub fn set_burst(&mut self, frames: usize) {
+        self.burst = frames.clamp(1, MAX_BURST);
     }
 
     /// The stage.
@@ -230,13 +241,23 @@ impl<S: Stage> Core<S> {
     }
 
     /// The ports.
-    pub fn ports(&self) -> &[Box<dyn Port>] {
+    pub fn ports(&self) -> &[P] {
         &self.ports
     }
 
     /// Port `i`, writable.
-    pub fn port_mut(&mut self, i: usize) -> &mut dyn Port {
-        &mut *self.ports[i]
+    pub fn port_mut(&mut self, i: usize) -> &mut P {
+        &mut self.ports[i]
+    }
+
+    /// Set the largest backlog kept for a momentarily full port.
+    pub fn set_max_backlog(&mut self, frames: usize) {
+        self.max_backlog = frames;
+    }
+
+    /// The worker's output bursts (with any backlog of a congested port).
+    pub fn outputs(&self) -> &Outputs {
+        &self.out
     }
 
     /// The counters.
@@ -266,7 +287,7 @@ impl<S: Stage> Core<S> {
             if !self.stage.admit(i, &self.out) {
                 continue;
             }
-            let k = self.ports[i].rx_burst(&mut self.pool, &mut self.rx, MAX_BURST);
+            let k = self.ports[i].rx_burst(&mut self.pool, &mut self.rx, self.burst);
             if k == 0 {
                 continue;
             }
@@ -379,7 +400,7 @@ impl<S: Stage> Core<S> {
 
     /// End: let the stage finish, send what it emits, flush the ports. Packets a port still
     /// refuses are dropped (counted).
-    pub fn finish(mut self) -> Finished<S> {
+    pub fn finish(&mut self) {
         self.stage.finish(self.now, &mut self.out, &mut self.pool);
         self.transmit();
         let left = self.out.discard(&mut self.pool);
@@ -393,6 +414,10 @@ impl<S: Stage> Core<S> {
         for p in &mut self.ports {
             let _ = p.flush();
         }
+    }
+
+    /// The stage and the counters of a worker that finished.
+    pub fn into_finished(self) -> Finished<S> {
         Finished {
             ports: self.ports.iter().map(|p| p.stats()).collect(),
             counters: self.counters,
@@ -404,14 +429,16 @@ impl<S: Stage> Core<S> {
 /// How often a worker copies its ports' own drop counters (a system call for AF_PACKET).
 const PORT_STATS_EVERY: Duration = Duration::from_millis(100);
 
-/// A worker's thread: passes while there is input, the stage's hooks on the clock, sleep when idle,
-/// until stopped or every port is exhausted.
-fn run_worker<S: Stage>(
-    mut core: Core<S>,
+/// A worker's loop, on the calling thread: passes while there is input, the stage's hooks on the
+/// clock, sleep when idle, until `stop` is set (and the drain is over) or every port is exhausted;
+/// then the stage finishes ([`Core::finish`]). [`start`] runs it on a thread per worker; a harness
+/// may run it on threads of its own.
+pub fn run<S: Stage, P: Port>(
+    core: &mut Core<S, P>,
     index: usize,
     opts: &Options,
     stop: &AtomicBool,
-) -> Finished<S> {
+) {
     if opts.pin {
         sys::pin_to_cpu(opts.first_cpu + index);
     }
@@ -475,7 +502,7 @@ fn run_worker<S: Stage>(
             }
         }
     }
-    core.finish()
+    core.finish();
 }
 
 struct Handle<S> {
@@ -501,17 +528,18 @@ pub fn start<S: Stage + 'static>(
         if w.ports.is_empty() {
             return Err(EngineError::NoPorts(i));
         }
-        let mut core = Core::new(w.stage, w.ports, opts.buffers);
+        let mut core: Core<S> = Core::new(w.stage, w.ports, opts.buffers);
         core.max_backlog = opts.max_backlog;
+        core.set_burst(opts.burst);
         let counters = core.counters.clone();
         let finished = Arc::new(AtomicBool::new(false));
         let (stop2, fin2, o) = (stop.clone(), finished.clone(), opts.clone());
         let thread = std::thread::Builder::new()
             .name(format!("{}-{i}", opts.name))
             .spawn(move || {
-                let f = run_worker(core, i, &o, &stop2);
+                run(&mut core, i, &o, &stop2);
                 fin2.store(true, Ordering::Release);
-                f
+                core.into_finished()
             })
             .map_err(|e| EngineError::Spawn(i, e))?;
         handles.push(Handle {
@@ -824,21 +852,19 @@ mod tests {
             }
         }
         let frames: Vec<_> = (0..40u64).map(|i| (i, vec![i as u8; 60])).collect();
-        let mut core = Core::new(
-            fwd(1),
-            vec![
-                Box::new(MemPort::new(frames)),
-                Box::new(Narrow(Vec::new(), PortStats::default())),
-            ],
-            256,
-        );
+        let ports: Vec<Box<dyn Port>> = vec![
+            Box::new(MemPort::new(frames)),
+            Box::new(Narrow(Vec::new(), PortStats::default())),
+        ];
+        let mut core = Core::new(fwd(1), ports, 256);
         assert_eq!(core.pass(), 32);
         assert_eq!(core.out.queued(1), 29);
         assert_eq!(core.out.room(1), 0);
         while !core.exhausted() {
             core.pass();
         }
-        let f = core.finish();
+        core.finish();
+        let f = core.into_finished();
         assert_eq!(f.ports[1].tx, 40);
         assert_eq!(f.counters.ports[1].tx_dropped.get(), 0);
     }
