@@ -59,7 +59,7 @@ pub struct FibArgs {
     /// Rounds per comparison; each competitor keeps its best round (default 5; quick 3).
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Batch size of the headline `lookup` case: 32, the pipeline's largest burst (DESIGN.md);
+    /// Batch size of the headline `lookup` case: 32, the pipeline's largest burst;
     /// the `batch` case sweeps 1..32.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,

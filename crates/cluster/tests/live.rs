@@ -1,4 +1,4 @@
-//! The ScaleBricks cluster on real interfaces (issue 8): two nodes, each in its own network
+//! The ScaleBricks cluster on real interfaces: two nodes, each in its own network
 //! namespace, each with two external ports on veths to host namespaces, their interconnect ports on
 //! a Linux bridge in a third namespace. Nodes run on the engine's worker threads in this test
 //! process (their AF_PACKET sockets were opened inside the node namespaces); the control plane

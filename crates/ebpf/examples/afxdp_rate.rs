@@ -11,7 +11,7 @@
 //! `PACKET_QDISC_BYPASS`) from a thread pinned to CPU 1; namespace A receives them on CPU 0 with
 //! (a) the AF_XDP port (native XDP, copy mode), (b) the AF_XDP port with generic XDP, (c) a UDP
 //! socket with `recvmmsg` (no XDP program: the kernel stack). On veth the sender is usually the
-//! bottleneck (see PLATFORM.md), so the receiving thread's CPU time per packet is reported too
+//! bottleneck (docs/platform.md), so the receiving thread's CPU time per packet is reported too
 //! (receivers sleep in `poll`/`recvmmsg` when idle, so it measures work, not spinning). The veth
 //! transfer, the XDP program and the copy into UMEM (or the kernel's UDP receive) run in softirq
 //! context, mostly on the sender's CPU, and are in neither number: compare methods, not

@@ -1,7 +1,7 @@
 //! flowplane's eBPF programs, and the assembler, loader and attachment code that puts them in the
 //! kernel — with no C compiler, no libbpf and no ELF files.
 //!
-//! Layer: **io** (see `DESIGN.md`): this crate makes system calls. It serves two parts of the live
+//! Layer: **io** (docs/architecture.md): this crate makes system calls. It serves two parts of the live
 //! system (Maglev §3.1 packet flow, §3.2 backends behind a GRE tunnel):
 //!
 //! * [`xsk`]: the XDP program that sends frames addressed to a VIP to the AF_XDP socket of their

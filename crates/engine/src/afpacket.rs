@@ -43,7 +43,7 @@
 //!
 //! # Checksums: `TP_STATUS_CSUMNOTREADY`
 //! A frame the kernel sent on a veth (or any device with TX checksum offload) carries only the
-//! pseudo-header sum in its TCP/UDP checksum (`CHECKSUM_PARTIAL`; `PLATFORM.md` pitfall 1). The
+//! pseudo-header sum in its TCP/UDP checksum (`CHECKSUM_PARTIAL`; docs/platform.md, "Partial checksums on veth"). The
 //! kernel marks such frames with `TP_STATUS_CSUMNOTREADY` in the ring's per-frame status word — the
 //! same flag `PACKET_AUXDATA` delivers as a control message to `recvmsg` users; with a ring the
 //! status word is where it arrives, so no auxdata is requested. With

@@ -384,7 +384,7 @@ fn fanout_hash_keeps_each_flow_on_one_socket() {
 
 /// A kernel TCP sender on a veth with TX checksum offload on leaves partial checksums; the port
 /// completes them (and a port told not to shows that they were partial). With offload off
-/// (`ethtool -K tx off`, PLATFORM.md pitfall 1) the frames arrive complete.
+/// (`ethtool -K tx off`, docs/platform.md, "Partial checksums on veth") the frames arrive complete.
 #[test]
 fn partial_checksums_from_kernel_tcp_are_completed() {
     let Pair {

@@ -133,7 +133,7 @@ impl Net {
                 "via",
                 "fd00:88::1",
             ],
-            // PLATFORM.md pitfall 1: without this the backend's replies cross the veth with only
+            // docs/platform.md, "Partial checksums on veth": without this the backend's replies cross the veth with only
             // the pseudo-header checksum (a NIC would complete it), and the test checks them.
             vec![
                 "ip", "netns", "exec", &be, "ethtool", "-K", "b0", "tx", "off",

@@ -1,4 +1,4 @@
-//! End-to-end tests of the live load balancer (`flowplane run --interface`, issue 7): real TCP
+//! End-to-end tests of the live load balancer (`flowplane run --interface`): real TCP
 //! clients and servers in network namespaces built with fp-testnet, the balancer in between, over
 //! AF_PACKET and over AF_XDP.
 //!
@@ -23,7 +23,7 @@
 //! and .13 L2 DSR (destination MAC = the backend's `eth0`). b4 starts outside the configuration
 //! and is added by a reload.
 //!
-//! Platform choices (the pitfalls of the project's PLATFORM.md notes, and one more):
+//! Platform choices (the traps of docs/platform.md, and one more):
 //! * **Checksums:** TX checksum offload is turned off on the client's `eth0` only. The client is
 //!   the only kernel TCP source whose segments pass through the balancer (the router forwards
 //!   them with whatever checksum state they left the client with). With offload on, they would

@@ -1,4 +1,4 @@
-//! End-to-end tests of scale-out (issue 9, Maglev §2.1, §3.3-3.4, §4.1.1, §4.3): several
+//! End-to-end tests of scale-out (Maglev §2.1, §3.3-3.4, §4.1.1, §4.3): several
 //! `flowplane run` balancers behind a router that spreads VIP traffic over them by ECMP, each
 //! announcing the VIPs over BGP through the BIRD it starts itself (`[bgp]`, fp-control's
 //! announcer), real HTTP backends, and a client under load while balancers join, drain, crash
@@ -221,7 +221,7 @@ fn build_lab(tag: &str) -> Result<Lab> {
     r0.set_mtu(1400)?;
     c0.addr_add(&format!("{CLIENT}/24"))?;
     r0.addr_add(&format!("{ROUTER_C}/24"))?;
-    // PLATFORM.md pitfall 1: the client's segments cross the balancers' AF_PACKET sockets.
+    // docs/platform.md, "Partial checksums on veth": the client's segments cross the balancers' AF_PACKET sockets.
     c0.tx_checksum_off()?;
     client.route_add("default", ROUTER_C)?;
     // veth keeps a locally sent packet's socket hash (skb->hash, marked as an L4 hash) across

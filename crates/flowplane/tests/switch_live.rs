@@ -1,4 +1,4 @@
-//! `flowplane switch` on live ports (issue 8): four host namespaces on four switch ports, the
+//! `flowplane switch` on live ports: four host namespaces on four switch ports, the
 //! built binary running in its own namespace, over AF_PACKET and over AF_XDP.
 //!
 //! ```text
@@ -192,7 +192,7 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
         let (he, _pe) = net.veth(&h, "eth0", &sw, &format!("p{i}"))?;
         he.set_mac(&mac_str(host_mac(i)))?;
         he.addr_add(&format!("{}/24", host_ip(i)))?;
-        // AF_XDP cannot complete partial checksums (PLATFORM.md pitfall 1): the hosts send
+        // AF_XDP cannot complete partial checksums (docs/platform.md, "Partial checksums on veth"): the hosts send
         // complete ones. (Step 7 turns offload back on for AF_PACKET.)
         he.tx_checksum_off()?;
         hosts.push(h);

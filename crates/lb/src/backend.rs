@@ -14,8 +14,8 @@
 //! * decapsulation: `--decap gre,ipip` attaches flowplane's tc ingress eBPF program
 //!   ([`fp_ebpf::decap`]) to `--interface` (this kernel has no GRE or IPIP devices); `--decap vxlan`
 //!   creates a kernel VXLAN device (`external` mode, any VNI, unless `--vxlan-vni` fixes one) with a
-//!   known MAC (`--vxlan-mac`: the balancer's inner destination MAC must equal it, see PLATFORM.md
-//!   pitfall 6); `--decap none` is L2 DSR (the balancer only rewrites the destination MAC).
+//!   known MAC (`--vxlan-mac`: the balancer's inner destination MAC must equal it, see
+//!   docs/platform.md, "VXLAN backends"); `--decap none` is L2 DSR (the balancer only rewrites the destination MAC).
 //!
 //! Every change is recorded — with the previous value of each sysctl — in a state file, by
 //! default `/run/flowplane/backend-<netns cookie>.json` (one per network namespace: the cookie is

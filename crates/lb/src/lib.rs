@@ -66,7 +66,7 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
-pub mod control;
+pub mod controller;
 pub mod frag;
 pub mod health;
 pub mod live;

@@ -1,5 +1,5 @@
 //! `flowplane run --interface IF`: the load balancer on a live interface — the I/O shell around
-//! the controller's state machine ([`crate::control`]) and the engine's driver.
+//! the controller's state machine ([`crate::controller`]) and the engine's driver.
 //!
 //! * **Data path.** The interface is opened by a port driver of the engine (`--driver`: AF_PACKET
 //!   fan-out sockets or AF_XDP queues, one per worker; the driver steers the VIPs' traffic to the
@@ -22,7 +22,7 @@
 //!   killed, BIRD dies with it (parent-death signal) and the router drops the session.
 
 use crate::config::LbConfig;
-use crate::control::{Action, Balancer};
+use crate::controller::{Action, Balancer};
 use crate::metrics::{self, MetricsView, WorkerMetrics};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::{PacketTracer, TraceLog};

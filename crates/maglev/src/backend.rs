@@ -4,7 +4,7 @@
 //! contested slot, so the same set given in two orders yields two different tables (the test
 //! `turn_order_matters_for_raw_populate` shows it). Two balancers fed the same config by different
 //! paths (a config file, an RPC, a health-check event) must nevertheless build byte-identical tables
-//! (scale-out, issue 9). Every method in this crate therefore first puts the backends into a
+//! (scale-out: every balancer of a cluster must pick the same backend for a flow). Every method in this crate therefore first puts the backends into a
 //! *canonical order* — sorted by the bytes of their names — and the table indexes that order. The
 //! caller's order is remembered only so that [`crate::Table::input_index`] can map back.
 

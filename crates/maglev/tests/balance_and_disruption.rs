@@ -1,4 +1,5 @@
-//! Issue 4's balance rule, the weighted balance bound, and disruption on backend changes.
+//! The balance rule (with `M > 100·N`, shares differ by at most 1 % of the average), the weighted
+//! balance bound, and disruption on backend changes.
 //!
 //! Disruption bounds. The text of the paper gives one exact data point — Table 1: removing one of
 //! three backends from a 7-slot table moves that backend's slots plus one other (1/7 of the table)

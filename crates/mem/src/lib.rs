@@ -5,7 +5,7 @@
 //!
 //! CuckooSwitch §3.5: a table of hundreds of MiB to GiB touched at random costs a TLB miss per lookup
 //! on 4 KiB pages; 2 MiB pages cut the page-table footprint 512-fold. On this project's VM (nested
-//! paging) that is worth up to 2x for random reads (../shared/PLATFORM.md, "Memory").
+//! paging) that is worth up to 2x for random reads (docs/platform.md, "Memory").
 //!
 //! [`HugeArray::new`] tries, in order (for [`PagePolicy::Auto`]):
 //! 1. `mmap(MAP_HUGETLB)`: explicit 2 MiB pages, if the administrator reserved them

@@ -15,7 +15,7 @@
 //! cache lines. Here a block is sized to the cache line instead: for 1- and 2-bit values one block is
 //! one line (64 bins and 16 groups at "16+8" 1-bit, 40 bins and 9 groups at 2-bit), so a lookup
 //! costs one memory access, which on this project's VM (random DRAM lines are the bottleneck, see
-//! ../shared/PLATFORM.md) nearly doubles the batched lookup rate. The price is a coarser level 1:
+//! docs/platform.md) nearly doubles the batched lookup rate. The price is a coarser level 1:
 //! about 128–256 keys per block rather than ~1000, so the number of keys per block varies more
 //! (±6–9 %) and the balancing has fewer bins to work with; the fallback ratio and the construction
 //! rate the benchmark reports include that cost. Wider values use more lines per block so that a

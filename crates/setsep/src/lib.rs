@@ -1,5 +1,5 @@
-//! SetSep: the compact global partition table of *ScaleBricks* (Zhou et al., SIGCOMM 2015, §4–5 as
-//! summarised in flowplane issue 6; evaluated in §6.1, Table 1 and Fig. 7).
+//! SetSep: the compact global partition table of *ScaleBricks* (Zhou et al., SIGCOMM 2015, §4–5;
+//! evaluated in §6.1, Table 1 and Fig. 7).
 //!
 //! Layer: **tables** (pure: no I/O, no clock, no allocation on lookups).
 //!

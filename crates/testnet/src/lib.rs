@@ -3,8 +3,8 @@
 //! background servers and clients (nginx, `python3 -m http.server`, iperf3, wrk, tcpdump, scapy)
 //! — all removed when the [`TestNet`] is dropped, also when the test panics.
 //!
-//! Layer: test support (see `DESIGN.md`: "live tests create their own network namespaces, veths
-//! and processes, clean up on every exit path, and run in CI"). Every end-to-end test of the load
+//! Layer: test support (docs/architecture.md): live tests create their own network namespaces,
+//! veths and processes, clean up on every exit path, and run in CI. Every end-to-end test of the load
 //! balancer (Maglev §2-§4 on real TCP), the switch (CuckooSwitch §3.1 on live ports) and the
 //! ECMP/BGP scale-out is built on it.
 //!
@@ -37,11 +37,11 @@
 //! with [`Netns::enter`] / [`Netns::spawn_thread`] (a thread that `setns`es; sockets it creates —
 //! e.g. an AF_PACKET port — stay in that namespace whichever thread later uses them).
 //!
-//! Pitfall 1 of `PLATFORM.md`: frames the kernel sends on a veth carry partial TCP/UDP checksums
+//! docs/platform.md, "Partial checksums on veth": frames the kernel sends on a veth carry partial TCP/UDP checksums
 //! (`CHECKSUM_PARTIAL`); call [`Link::tx_checksum_off`] on the interfaces of kernel traffic sources
 //! whose frames a user-space dataplane forwards without fixing them.
 //!
-//! # Example: client → router → balancer → 3 backends (`PLATFORM.md` recipe 1 and 6)
+//! # Example: client → router → balancer → 3 backends (direct server return)
 //!
 //! ```no_run
 //! use fp_testnet::{NginxConfig, TestNet};

@@ -469,8 +469,8 @@ impl Link {
     }
 
     /// `ethtool -K DEV tx off`: the kernel computes TCP/UDP checksums in software before the
-    /// frame leaves, so a user-space dataplane on the far end sees complete checksums (pitfall 1
-    /// of `PLATFORM.md`). This also turns TSO off, so the kernel sends MTU-sized frames.
+    /// frame leaves, so a user-space dataplane on the far end sees complete checksums
+    /// (docs/platform.md, "Partial checksums on veth"). This also turns TSO off, so the kernel sends MTU-sized frames.
     pub fn tx_checksum_off(&self) -> Result<()> {
         self.ethtool_k(&[("tx", "off")])
     }

@@ -44,7 +44,7 @@ fn two_namespaces_ping_and_talk() -> anyhow::Result<()> {
     let seen = a.cmd(["cat", "/proc/sys/net/ipv4/ip_forward"]).run()?;
     assert_eq!(seen.stdout.trim(), "1");
 
-    // Offloads (PLATFORM.md pitfall 1).
+    // Offloads (docs/platform.md, "Partial checksums on veth").
     assert!(ea.feature_on("tx-checksumming")?);
     ea.tx_checksum_off()?;
     assert!(!ea.feature_on("tx-checksumming")?);

@@ -1,11 +1,11 @@
 //! flowplane's packet formats: zero-copy views and builders for the headers a Maglev-style load
 //! balancer and a CuckooSwitch-style switch meet, checksums, and one fast parse of a whole frame.
 //!
-//! Layer: **wire** (see `DESIGN.md`). No I/O, no allocation, no `unsafe`, `no_std`; depends only on
+//! Layer: **wire** (docs/architecture.md). No I/O, no allocation, no `unsafe`, `no_std`; depends only on
 //! `fp-hash` (for the pinned flow-key hashes). It implements what the Maglev paper (NSDI '16) needs
 //! from packets: the 5-tuple of §3.1 (footnote 1) and §3.3, GRE encapsulation toward backends
 //! (§3.1) with the recursion control field used to redirect fragments at most once (§4.3), and the
-//! 3-tuple of non-first fragments (§4.3); plus what live traffic needs (issue 7: IPIP, VXLAN,
+//! 3-tuple of non-first fragments (§4.3); plus what live traffic needs (IPIP, VXLAN,
 //! L2 direct server return, completing `CHECKSUM_PARTIAL` frames from veth).
 //!
 //! # Guarantees
