@@ -188,13 +188,10 @@ pub fn driver(name: &str) -> Result<&'static dyn PortDriver, String> {
         })
 }
 
-/// Whether `ifname` is in promiscuous mode (`IFF_PROMISC` in its flags).
+/// Whether `ifname` (of the calling thread's network namespace) is in promiscuous mode.
 pub fn is_promisc(ifname: &str) -> Result<bool, String> {
-    let path = format!("/sys/class/net/{ifname}/flags");
-    let t = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
-    let flags = u32::from_str_radix(t.trim().trim_start_matches("0x"), 16)
-        .map_err(|_| format!("{path}: bad flags {t:?}"))?;
-    Ok(flags & 0x100 != 0)
+    let flags = crate::sys::interface_flags(ifname).map_err(|e| e.to_string())?;
+    Ok(flags & libc::IFF_PROMISC as u32 != 0)
 }
 
 /// Turn promiscuous mode on or off (`ip link set dev IF promisc on|off`).
@@ -216,14 +213,11 @@ pub fn set_promisc(ifname: &str, on: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The MAC address of interface `ifname` (from sysfs).
+/// The MAC address of interface `ifname` (of the calling thread's network namespace).
 pub fn interface_mac(ifname: &str) -> Result<fp_wire::ethernet::MacAddr, String> {
-    let path = format!("/sys/class/net/{ifname}/address");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("interface {ifname:?}: reading {path}: {e}"))?;
-    text.trim()
-        .parse()
-        .map_err(|_| format!("interface {ifname:?}: bad address {text:?}"))
+    crate::sys::interface_hwaddr(ifname)
+        .map(fp_wire::ethernet::MacAddr)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

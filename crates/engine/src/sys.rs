@@ -81,6 +81,70 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
     Ok(rc > 0)
 }
 
+/// An `ifreq` for interface `ifname` (its name checked and copied in).
+fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{ifname:?} is not an interface name"),
+        ));
+    }
+    // SAFETY: `ifreq` is a plain C struct (a name array and a union of plain fields) for which
+    // all-zero bytes are a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &b) in r.ifr_name.iter_mut().zip(name) {
+        *d = b as libc::c_char;
+    }
+    Ok(r)
+}
+
+/// Ask the kernel about interface `ifname` with `ioctl(request)` on a throw-away socket of the
+/// calling thread's network namespace (sysfs shows the namespace it was mounted in, which is not
+/// the thread's after `setns`).
+fn if_ioctl(ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+    let mut r = ifreq(ifname)?;
+    // SAFETY: socket(2) with constant arguments; the descriptor is closed below on every path.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `r` is a valid, writable ifreq that outlives the call; SIOCGIFFLAGS and
+    // SIOCGIFHWADDR read the name and write one union member of it, nothing else.
+    let rc = unsafe { libc::ioctl(fd, request as _, &mut r as *mut libc::ifreq) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `fd` is the descriptor opened above, closed once.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(io::Error::new(
+            err.kind(),
+            format!("interface {ifname}: {err}"),
+        ));
+    }
+    Ok(r)
+}
+
+/// The flags of interface `ifname` (`IFF_UP`, `IFF_PROMISC`, ...) in the calling thread's network
+/// namespace.
+pub fn interface_flags(ifname: &str) -> io::Result<u32> {
+    let r = if_ioctl(ifname, libc::SIOCGIFFLAGS)?;
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+    Ok(unsafe { r.ifr_ifru.ifru_flags } as u16 as u32)
+}
+
+/// The hardware (MAC) address of interface `ifname` in the calling thread's network namespace.
+pub fn interface_hwaddr(ifname: &str) -> io::Result<[u8; 6]> {
+    let r = if_ioctl(ifname, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member of the union, a sockaddr whose data
+    // starts with the address.
+    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+    let mut m = [0u8; 6];
+    for (d, &b) in m.iter_mut().zip(sa.sa_data.iter()) {
+        *d = b as u8;
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +161,14 @@ mod tests {
         a.write_all(b"x").unwrap();
         assert!(poll_readable(&[a.as_raw_fd(), b.as_raw_fd()], Duration::from_secs(5)).unwrap());
         assert!(!poll_readable(&[], Duration::from_millis(1)).unwrap());
+    }
+
+    #[test]
+    fn loopback_flags_and_address() {
+        let f = interface_flags("lo").unwrap();
+        assert_ne!(f & libc::IFF_LOOPBACK as u32, 0);
+        assert_eq!(interface_hwaddr("lo").unwrap(), [0; 6]);
+        assert!(interface_flags("no-such-if0").is_err());
+        assert!(interface_flags("a-name-far-too-long-for-linux").is_err());
     }
 }
