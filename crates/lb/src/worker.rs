@@ -45,8 +45,8 @@ const SWEEP_EVERY_MS: u32 = 1;
 /// One pass of the connection-expiry sweep over a table takes at most a quarter of the idle
 /// timeout, and at most [`SWEEP_PASS_MAX_MS`]: an entry outlives its timeout by at most that much.
 const SWEEP_PASS_MAX_MS: u32 = 10_000;
-/// Milliseconds of sweep work caught up in one burst after a pause (the runner's `maintain`
-/// covers idle periods).
+/// Milliseconds of sweep work caught up in one burst after a pause (the driver's periodic
+/// `maintain` covers idle periods).
 const SWEEP_CATCH_UP_MS: u32 = 16;
 /// Fragment-table entries the expiry sweep visits per ms of burst time.
 const SWEEP_FRAGS_PER_MS: usize = 16;
@@ -63,10 +63,12 @@ fn entry_seen(v: u64) -> u32 {
     (v >> 32) as u32
 }
 
-/// A packet of the current burst waiting for its connection lookup. Kept small: it is written
-/// and read once per packet.
+/// What stage 1 learnt about a packet of the current burst that waits for its connection lookup
+/// (the packet itself waits beside it, in `Scratch::pkts`). Kept small: it is written and read
+/// once per packet, and read in place — moving it through the stack cost a store-forwarding stall
+/// per packet.
+#[derive(Clone, Copy)]
 struct Pending {
-    pkt: Packet,
     key: FlowKey,
     vip: u32,
     /// Index into the burst's IPv4 or IPv6 key array.
@@ -108,6 +110,8 @@ pub trait Tracer: Send {
 
 /// Per-burst scratch space, allocated once (no allocation per packet or per burst).
 struct Scratch {
+    /// The packets waiting for their connection lookup, and what stage 1 learnt about each.
+    pkts: Vec<Packet>,
     pending: Vec<Pending>,
     keys4: Vec<[u8; 13]>,
     keys6: Vec<[u8; 37]>,
@@ -126,6 +130,7 @@ struct Scratch {
 impl Scratch {
     fn new() -> Scratch {
         Scratch {
+            pkts: Vec::with_capacity(MAX_BURST),
             pending: Vec::with_capacity(MAX_BURST),
             keys4: Vec::with_capacity(MAX_BURST),
             keys6: Vec::with_capacity(MAX_BURST),
@@ -301,6 +306,7 @@ impl LbWorker {
             seed: *seed,
         };
         out.stats.burst(rx.len());
+        scratch.pkts.clear();
         scratch.pending.clear();
         scratch.keys4.clear();
         scratch.keys6.clear();
@@ -320,11 +326,14 @@ impl LbWorker {
             now_ms: (now_ns / 1_000_000) as u32,
             tracer: tracer.as_deref_mut(),
         };
-        // Taken out (and put back, with its capacity) so `decide` can borrow the rest of `scratch`.
-        let mut pending = std::mem::take(&mut scratch.pending);
-        for (i, p) in pending.drain(..).enumerate() {
-            decide(&mut d, i, p, &mut out, tables, scratch);
+        // Taken out (and put back, with their capacity) so `decide` can borrow the rest of
+        // `scratch`.
+        let mut pkts = std::mem::take(&mut scratch.pkts);
+        let pending = std::mem::take(&mut scratch.pending);
+        for (i, pkt) in pkts.drain(..).enumerate() {
+            decide(&mut d, i, pkt, &pending[i], &mut out, tables, scratch);
         }
+        scratch.pkts = pkts;
         scratch.pending = pending;
         self.housekeeping(now_ns, pool);
     }
@@ -609,8 +618,8 @@ fn classify(
         snap.vips[vip as usize].prefetch_select(h);
     }
     let frag = s.fragment.map(|f| (f.ident, piece(s)));
+    scratch.pkts.push(p);
     scratch.pending.push(Pending {
-        pkt: p,
         key,
         vip,
         slot: slot as u16,
@@ -678,19 +687,19 @@ struct Decide<'a> {
 fn decide(
     d: &mut Decide<'_>,
     i: usize,
-    pending: Pending,
+    pkt: Packet,
+    pending: &Pending,
     out: &mut Emitter<'_>,
     tables: &mut Tables,
     scratch: &mut Scratch,
 ) {
     let Pending {
-        pkt,
         key,
         vip,
         slot,
         l3,
         frag,
-    } = pending;
+    } = *pending;
     let snap = out.snap;
     let stats = out.stats;
     let slot = slot as usize;
