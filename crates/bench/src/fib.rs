@@ -1,4 +1,4 @@
-//! `flowplane bench fib`: the CuckooSwitch FIB experiments (CoNEXT 2013 §4.3-4.4) on this machine.
+//! `flowplane-bench fib`: the CuckooSwitch FIB experiments (CoNEXT 2013 §4.3-4.4) on this machine.
 //!
 //! Cases (`--cases` selects, default all):
 //! * `lookup`: uniform random successful lookups, Mops, for each table size and reader thread count;

@@ -1,4 +1,4 @@
-//! `flowplane bench flowcache`: the flow-cache microbenchmarks of Zhou et al., ATC 2020 (§7.3), and
+//! `flowplane-bench flowcache`: the flow-cache microbenchmarks of Zhou et al., ATC 2020 (§7.3), and
 //! the hit-rate simulation against the paper's analysis (§4, appendices A and B).
 //!
 //! **α sweeps.** For each cache size (default 4 MiB, which the paper's L3 holds, and 64 MiB, which

@@ -1,4 +1,4 @@
-//! `flowplane bench flowstate`: the Switcharoo flow-state table (fp-flowstate) and the Flowlet load
+//! `flowplane-bench flowstate`: the Switcharoo flow-state table (fp-flowstate) and the Flowlet load
 //! balancer on it, measured the way the paper's evaluation (§5) measures its Tofino prototype.
 //!
 //! Parts (select with `--only a,b,...`):

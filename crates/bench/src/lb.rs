@@ -1,4 +1,4 @@
-//! `flowplane bench lb`: the load balancer's packet thread, Maglev §5.2.2 (Fig 9) in software.
+//! `flowplane-bench lb`: the load balancer's packet thread, Maglev §5.2.2 (Fig 9) in software.
 //!
 //! One worker on one core processes pre-built 64-byte-class TCP frames from memory: each burst of 32
 //! is copied into packet buffers (what a port's receive does), run through `LbWorker::process`

@@ -1,4 +1,4 @@
-//! `flowplane bench live`: the load balancer on veth, per port type, next to kernel forwarding.
+//! `flowplane-bench live`: the load balancer on veth, per port type, next to kernel forwarding.
 //!
 //! Topology (network namespaces made and removed by the benchmark): a *sender* namespace and a
 //! *balancer* namespace joined by one veth pair. The sender's thread writes 60-byte UDP frames

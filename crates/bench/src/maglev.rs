@@ -1,4 +1,4 @@
-//! `flowplane bench maglev`: Maglev hashing against Karger (ring) and rendezvous hashing, as in the
+//! `flowplane-bench maglev`: Maglev hashing against Karger (ring) and rendezvous hashing, as in the
 //! Maglev paper §5.3.
 //!
 //! * **Fig 11, balance.** One table per method and size (1000 backends, M = 65537 and 655373);

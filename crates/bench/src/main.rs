@@ -275,7 +275,7 @@ impl Report {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         println!(
-            "# flowplane bench {bench}{} (seed {:#x})",
+            "# flowplane-bench {bench}{} (seed {:#x})",
             if opts.quick { " --quick" } else { "" },
             opts.seed
         );

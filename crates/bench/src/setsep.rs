@@ -1,4 +1,4 @@
-//! `flowplane bench setsep`: SetSep and the ScaleBricks cluster (ScaleBricks, SIGCOMM 2015, §6).
+//! `flowplane-bench setsep`: SetSep and the ScaleBricks cluster (ScaleBricks, SIGCOMM 2015, §6).
 //!
 //! Parts (`--parts`, default all):
 //!

@@ -1,4 +1,4 @@
-//! `flowplane bench switch`: CuckooSwitch's full-system experiments (§4.4) on in-memory ports.
+//! `flowplane-bench switch`: CuckooSwitch's full-system experiments (§4.4) on in-memory ports.
 //!
 //! A 4-port switch; one worker forwards 64-byte frames from memory: each burst of 32 frames is
 //! copied into packet buffers (a port's receive), switched by `SwitchWorker::process` (destination
@@ -972,7 +972,7 @@ mod live {
         })
     }
 
-    /// `flowplane bench switch --parts live_fib`: the paper's claim that the FIB's size does not
+    /// `flowplane-bench switch --parts live_fib`: the paper's claim that the FIB's size does not
     /// matter behind real packet I/O (§4.4, Fig 8: its switch stayed at the PCIe bound with a
     /// billion entries), on veth. For each FIB size, the switch worker with destinations uniform
     /// over the whole FIB, next to the no-lookup forwarder (the same loop handing each burst to

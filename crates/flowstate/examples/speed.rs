@@ -1,6 +1,6 @@
 //! Quick throughput probe for the Flowlet load balancer on the Switcharoo table (one core, trace time).
 //! `cargo run --profile dev-bench -p fp-flowstate --example speed [packets]` — the real benchmark is
-//! `flowplane bench flowstate`.
+//! `flowplane-bench flowstate`.
 
 use fp_flowstate::workload::{TrafficGen, Workload};
 use fp_flowstate::{FlowletConfig, FlowletLb, PacketIn};

@@ -1,5 +1,5 @@
 //! Where a load-balancer worker spends its time: a loop to run under `perf record` (or
-//! `valgrind --tool=callgrind`), separate from `flowplane bench lb`, which measures.
+//! `valgrind --tool=callgrind`), separate from `flowplane-bench lb`, which measures.
 //!
 //! ```sh
 //! cargo build --release --example lb_cost -p fp-lb

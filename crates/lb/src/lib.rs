@@ -15,7 +15,7 @@
 //! * §4.3 fragments: a fragment table holds non-first fragments until their datagram's first
 //!   fragment decides ([`frag`]), and in a cluster of balancers fragments are redirected to their
 //!   datagram's owner;
-//! * §2.1/§4.1.1 the controller: a sans-I/O state machine ([`control`]) fed with health results,
+//! * §2.1/§4.1.1 the controller: a sans-I/O state machine ([`controller`]) fed with health results,
 //!   reloads and neighbour changes, whose actions (announce VIPs over BGP, steer destinations,
 //!   resolve neighbours) a thin shell ([`live`]) carries out;
 //! * §4.4 metrics ([`metrics`]) and the packet tracer ([`trace`]);

@@ -5,7 +5,7 @@
 //! This crate implements *Maglev hashing* from Eisenbud et al., "Maglev: A Fast and Reliable
 //! Software Network Load Balancer", NSDI 2016, §3.4 and Pseudocode 1, and the two methods §5.3
 //! compares it with — Karger ring hashing ([`Karger`]) and rendezvous hashing ([`Rendezvous`]) —
-//! behind one small trait ([`Method`]) so `flowplane bench maglev` can reproduce Fig 11 (balance),
+//! behind one small trait ([`Method`]) so `flowplane-bench maglev` can reproduce Fig 11 (balance),
 //! Fig 12 (disruption) and the population times.
 //!
 //! # How a table is built

@@ -6,7 +6,7 @@
 //! — and Fig 12's qualitative result: the changed share grows with the number of failures and
 //! shrinks with the table size. The bounds below pin flowplane's measured behaviour (see
 //! docs/maglev.md, "Disruption") with head-room of about 1.6–2×, and check the ordering Fig 12
-//! shows; `flowplane bench maglev` reports the full curves.
+//! shows; `flowplane-bench maglev` reports the full curves.
 
 use fp_maglev::{Backend, Config, Karger, Maglev, Method, Prepared, Rendezvous, Table};
 

@@ -1,7 +1,7 @@
 //! Quick look at one SetSep setting: construction rate, fallback, space, lookup rate.
 //!
 //! `cargo run --profile dev-bench -p fp-setsep --example explore -- KEYS VALUE_BITS X Y [THREADS]`
-//! (hold /tmp/flowplane-bench.lock while timing). The full measurements are `flowplane bench setsep`.
+//! (hold /tmp/flowplane-bench.lock while timing). The full measurements are `flowplane-bench setsep`.
 
 use std::time::Instant;
 

@@ -1,5 +1,5 @@
 //! Rough per-frame cost of the data-path helpers, next to etherparse doing the same parse.
-//! Not a test (tests never assert speed) and not the project benchmark (`flowplane bench lb` is);
+//! Not a test (tests never assert speed) and not the project benchmark (`flowplane-bench lb` is);
 //! a quick check for the pipeline's budget. Run on an idle machine:
 //!
 //! ```text
