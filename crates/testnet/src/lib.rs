@@ -12,7 +12,7 @@
 //!
 //! * **Unique names.** Everything is created inside network namespaces named
 //!   `fpt-<pid>-<start>-<seq>-<tag>-<name>` (see [`sweep`]): tests running in parallel in one
-//!   binary, other test binaries and other engineers on the same machine never collide, and
+//!   binary, other test binaries and other users on the same machine never collide, and
 //!   interface names inside a namespace are private to it, so tests may call every device `eth0`.
 //!   Nothing is created in the host's (root) namespace except those namespaces and one
 //!   temporary directory, `$TMPDIR/fpt-…`.

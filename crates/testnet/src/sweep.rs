@@ -6,7 +6,7 @@
 //! reused; `seq` distinguishes test networks of one process (parallel tests in one `cargo test`
 //! binary); `tag` is the test's own label for people reading `ip netns list`. The sweep removes
 //! objects whose owner is no longer running — and never anything of a live process, so it is safe
-//! while other engineers' and other test binaries' networks exist.
+//! while other users' and other test binaries' networks exist.
 
 use crate::cmd::{ip_netns_list, ip_netns_pids};
 use crate::sys;
