@@ -567,10 +567,8 @@ impl Port for AfPacketPort {
     }
 
     fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
-        let now = match self.cfg.timestamps {
-            Timestamps::Monotonic => crate::sys::monotonic_ns(),
-            Timestamps::Kernel => 0,
-        };
+        // Read once per burst, and only when a frame is there (an idle worker polls often).
+        let mut now = 0;
         let mut n = 0;
         // Bounded: each pass either delivers a frame, drops one, or leaves a block.
         while n < max {
@@ -614,7 +612,12 @@ impl Port for AfPacketPort {
                 }
                 p.set_len(len);
                 p.ts_ns = match self.cfg.timestamps {
-                    Timestamps::Monotonic => now,
+                    Timestamps::Monotonic => {
+                        if now == 0 {
+                            now = crate::sys::monotonic_ns();
+                        }
+                        now
+                    }
                     Timestamps::Kernel => f.ts_ns,
                 };
                 p.port = self.cfg.port_id;
@@ -697,7 +700,6 @@ impl std::fmt::Debug for AfPacketPort {
     }
 }
 
-/// The system calls and the shared ring: the only `unsafe` code of the AF_PACKET port.
 /// The AF_PACKET port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker in
 /// a `PACKET_FANOUT_HASH` group, so the kernel's flow hash spreads flows over the workers. It
 /// delivers every frame of the interface (it cannot filter by destination; the application
@@ -763,6 +765,7 @@ impl crate::live::PortDriver for AfPacketDriver {
     }
 }
 
+/// The system calls and the shared ring: the only `unsafe` code of the AF_PACKET port.
 #[allow(unsafe_code)]
 mod sys {
     use fp_pipeline::packet::{Packet, MAX_BURST};

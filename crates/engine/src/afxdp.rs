@@ -625,7 +625,6 @@ fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
     Ok(())
 }
 
-/// The socket, its rings and its UMEM: all the `unsafe` of the port.
 /// The AF_XDP port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker on
 /// receive queues `0..workers` (capped by the interface with the fewest queues: a worker must be
 /// able to send on every interface), and flowplane's XDP program steering either the frames to
@@ -649,9 +648,7 @@ impl crate::live::PortDriver for AfXdpDriver {
         &self,
         spec: &crate::live::LiveSpec,
     ) -> Result<crate::live::Opened, crate::live::LiveError> {
-        use crate::live::{
-            is_promisc, set_promisc, Capture, DestinationSetter, LiveControl, LiveError, Opened,
-        };
+        use crate::live::{is_promisc, set_promisc, Capture, LiveControl, LiveError, Opened};
         let open_err = |ifname: &str, message: String| LiveError::Open {
             interface: ifname.to_string(),
             message,
@@ -677,21 +674,19 @@ impl crate::live::PortDriver for AfXdpDriver {
             },
         };
         let mut ports: Vec<Vec<Box<dyn Port>>> = (0..workers).map(|_| Vec::new()).collect();
-        let mut setters: Vec<DestinationSetter> = Vec::new();
-        let mut promisc_set = Vec::new();
+        // Dropped on any error below, `control` takes the interfaces set promiscuous so far out
+        // of promiscuous mode again.
+        let mut control = LiveControl::new(Vec::new(), Vec::new());
         let mut info = String::new();
         for ifname in &spec.interfaces {
-            // From here on, `control` undoes what was done if a later interface fails.
-            let socks = AfXdpPort::open_queues(ifname, &qs, &cfg).map_err(|e| {
-                drop(LiveControl::new(Vec::new(), promisc_set.clone()));
-                open_err(ifname, format!("opening AF_XDP sockets: {e}"))
-            })?;
+            let socks = AfXdpPort::open_queues(ifname, &qs, &cfg)
+                .map_err(|e| open_err(ifname, format!("opening AF_XDP sockets: {e}")))?;
             if info.is_empty() {
                 info = socks[0].info().to_string();
             }
             if matches!(spec.capture, Capture::Destinations(_)) {
                 let vc = socks[0].vip_control();
-                setters.push(Box::new(move |d: &[IpAddr]| {
+                control.setters.push(Box::new(move |d: &[IpAddr]| {
                     vc.set(d)
                         .map(|_| ())
                         .map_err(|e| format!("updating the XDP destination map: {e}"))
@@ -705,7 +700,7 @@ impl crate::live::PortDriver for AfXdpDriver {
                 && !is_promisc(ifname).map_err(|e| open_err(ifname, e))?
             {
                 set_promisc(ifname, true).map_err(|e| open_err(ifname, e))?;
-                promisc_set.push(ifname.clone());
+                control.promisc_set.push(ifname.clone());
             }
         }
         let description = format!(
@@ -719,12 +714,13 @@ impl crate::live::PortDriver for AfXdpDriver {
         );
         Ok(Opened {
             ports,
-            control: LiveControl::new(setters, promisc_set),
+            control,
             description,
         })
     }
 }
 
+/// The socket, its rings and its UMEM: all the `unsafe` of the port.
 #[allow(unsafe_code)]
 mod sys {
     use super::UmemPages;
@@ -1331,43 +1327,16 @@ mod sys {
         combined_count: u32,
     }
 
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; libc::IFNAMSIZ],
-        data: *mut EthtoolChannels,
-        _pad: [u8; 16],
-    }
-
     pub fn rx_queue_count(ifname: &str) -> io::Result<u32> {
-        if ifname.len() >= libc::IFNAMSIZ || ifname.contains('\0') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "bad interface name",
-            ));
-        }
         let mut ch = EthtoolChannels {
             cmd: ETHTOOL_GCHANNELS,
             ..Default::default()
         };
-        let mut req = IfReq {
-            name: [0; libc::IFNAMSIZ],
-            data: &mut ch,
-            _pad: [0; 16],
-        };
-        req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
-        // SAFETY: plain socket creation; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: SIOCETHTOOL reads the ifreq (a NUL-terminated name and a pointer to a live
-        // ethtool_channels) and writes only that ethtool_channels.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut req) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let mut req = crate::sys::ifreq(ifname)?;
+        req.ifr_ifru.ifru_data = (&mut ch as *mut EthtoolChannels).cast();
+        // SAFETY: SIOCETHTOOL reads the name and the pointer to `ch`, a live ethtool_channels
+        // that outlives the call, and writes only `ch`.
+        unsafe { crate::sys::if_ioctl_with(ifname, SIOCETHTOOL, &mut req)? };
         Ok(ch.rx_count.max(ch.combined_count).max(1))
     }
 }

@@ -16,7 +16,9 @@
 //! [`steer`](fp_pipeline::steer)), so per-flow order is kept from input to output.
 //!
 //! Bursts travel over bounded channels as vectors that are recycled, and packet buffers a worker
-//! freed return to the dispatcher's pool, so the steady state allocates nothing. A worker that
+//! freed return to the dispatcher's pool, so a steady state where each burst comes back as one
+//! burst allocates nothing (a stage that splits bursts over several ports makes its lane allocate
+//! the extra vectors; the dispatcher keeps a bounded number of them). A worker that
 //! sleeps is woken (`unpark`) by the dispatcher when it feeds it. A burst for a worker closes at
 //! [`MAX_BURST`] frames, when the input pauses, or — with a batching window — when the next frame
 //! for that worker is more than the window younger than the burst's first (in packet time, like a
@@ -172,23 +174,26 @@ struct Dispatcher<'a, 'p> {
     pending: Vec<Vec<Vec<Packet>>>,
     first_ts: Vec<Vec<u64>>,
     spare: Vec<Vec<Packet>>,
+    spare_max: usize,
     steering: Steering,
 }
 
 impl Dispatcher<'_, '_> {
     fn handle(&mut self, m: Back) {
-        match m {
+        let mut v = match m {
             Back::Tx(i, mut v) => {
                 self.ports[i].tx_burst(&mut v, &mut self.pool);
-                // A real port that left packets (it never should: files and lists take all) would
-                // otherwise leak them.
-                self.pool.put_all(&mut v);
-                self.spare.push(v);
+                v
             }
-            Back::Free(mut v) => {
-                self.pool.put_all(&mut v);
-                self.spare.push(v);
-            }
+            Back::Free(v) => v,
+        };
+        // A real port that left packets (it never should: files and lists take all) would
+        // otherwise leak them.
+        self.pool.put_all(&mut v);
+        // Lanes send back more vectors than they get when a stage splits bursts: keep enough to
+        // fill every lane's queue, let the rest go.
+        if self.spare.len() < self.spare_max {
+            self.spare.push(v);
         }
     }
 
@@ -357,6 +362,7 @@ pub fn run<S: Stage + 'static>(
         lanes,
         back: back_rx,
         spare: Vec::new(),
+        spare_max: n * m * (LANE_QUEUE + 2),
         steering: *steering,
     };
     d.run(stop);

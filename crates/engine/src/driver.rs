@@ -123,6 +123,17 @@ impl Default for Options {
     }
 }
 
+/// Worker threads: the number asked, else one per CPU (at least one).
+pub fn workers_or_cpus(workers: Option<usize>) -> usize {
+    workers
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1)
+}
+
 /// One worker's counters for one of its ports. One writer (the worker); readers sum over workers.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
@@ -151,7 +162,8 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
-    fn new(ports: usize) -> WorkerCounters {
+    /// Zeroed counters for a worker with `ports` ports.
+    pub fn new(ports: usize) -> WorkerCounters {
         WorkerCounters {
             ports: (0..ports).map(|_| PortCounters::default()).collect(),
             bursts: Counter::default(),
@@ -333,9 +345,9 @@ impl<S: Stage, P: Port> Core<S, P> {
             if dropped > 0 {
                 c.tx_dropped.add(dropped as u64);
             }
-            if left > 0 {
-                self.out.set_room(j, 0);
-            }
+            // What the port takes now (it may have filled up with this burst, or before it).
+            self.out
+                .set_room(j, if left > 0 { 0 } else { self.ports[j].tx_room() });
         }
     }
 
@@ -403,11 +415,12 @@ impl<S: Stage, P: Port> Core<S, P> {
     pub fn finish(&mut self) {
         self.stage.finish(self.now, &mut self.out, &mut self.pool);
         self.transmit();
-        let left = self.out.discard(&mut self.pool);
-        if left > 0 {
-            // Attribute to the ports in order; exactness does not matter for a leftover.
-            if let Some(c) = self.counters.ports.first() {
-                c.tx_dropped.add(left as u64);
+        // What a port still refuses is dropped, counted on that port.
+        for (j, c) in self.counters.ports.iter().enumerate() {
+            let b = self.out.to(j);
+            if !b.is_empty() {
+                c.tx_dropped.add(b.len() as u64);
+                self.pool.put_all(b);
             }
         }
         self.publish_port_stats();
@@ -474,9 +487,10 @@ pub fn run<S: Stage, P: Port>(
             stopping = Some(Instant::now());
         }
         if let Some(since) = stopping {
-            // Drain: go on while frames still come, at most `drain`; end at the first quiet moment
-            // (a pass after a sleep that brought nothing).
-            if since.elapsed() >= opts.drain || (got == 0 && empty_passes > opts.spin) {
+            // Drain: go on while frames still come or a port's backlog waits, at most `drain`;
+            // end at the first quiet moment (a pass after a sleep that brought nothing).
+            let quiet = got == 0 && empty_passes > opts.spin && core.outputs().is_empty();
+            if quiet || since.elapsed() >= opts.drain {
                 break;
             }
         }
@@ -522,18 +536,20 @@ pub fn start<S: Stage + 'static>(
     workers: Vec<Worker<S>>,
     opts: &Options,
 ) -> Result<Running<S>, EngineError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::with_capacity(workers.len());
+    if let Some(i) = workers.iter().position(|w| w.ports.is_empty()) {
+        return Err(EngineError::NoPorts(i));
+    }
+    let mut running = Running {
+        stop: Arc::new(AtomicBool::new(false)),
+        workers: Vec::with_capacity(workers.len()),
+    };
     for (i, w) in workers.into_iter().enumerate() {
-        if w.ports.is_empty() {
-            return Err(EngineError::NoPorts(i));
-        }
         let mut core: Core<S> = Core::new(w.stage, w.ports, opts.buffers);
         core.max_backlog = opts.max_backlog;
         core.set_burst(opts.burst);
         let counters = core.counters.clone();
         let finished = Arc::new(AtomicBool::new(false));
-        let (stop2, fin2, o) = (stop.clone(), finished.clone(), opts.clone());
+        let (stop2, fin2, o) = (running.stop.clone(), finished.clone(), opts.clone());
         let thread = std::thread::Builder::new()
             .name(format!("{}-{i}", opts.name))
             .spawn(move || {
@@ -541,17 +557,15 @@ pub fn start<S: Stage + 'static>(
                 fin2.store(true, Ordering::Release);
                 core.into_finished()
             })
+            // On error, dropping `running` stops and joins the workers already started.
             .map_err(|e| EngineError::Spawn(i, e))?;
-        handles.push(Handle {
+        running.workers.push(Handle {
             thread: Some(thread),
             finished,
             counters,
         });
     }
-    Ok(Running {
-        stop,
-        workers: handles,
-    })
+    Ok(running)
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {

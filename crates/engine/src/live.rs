@@ -83,8 +83,8 @@ pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), String> + Send 
 /// interfaces (promiscuous mode a driver turned on).
 #[derive(Default)]
 pub struct LiveControl {
-    setters: Vec<DestinationSetter>,
-    promisc_set: Vec<String>,
+    pub(crate) setters: Vec<DestinationSetter>,
+    pub(crate) promisc_set: Vec<String>,
 }
 
 impl LiveControl {
@@ -194,23 +194,15 @@ pub fn is_promisc(ifname: &str) -> Result<bool, String> {
     Ok(flags & libc::IFF_PROMISC as u32 != 0)
 }
 
-/// Turn promiscuous mode on or off (`ip link set dev IF promisc on|off`).
+/// Turn promiscuous mode on or off (as `ip link set dev IF promisc on|off`), in the calling
+/// thread's network namespace.
 pub fn set_promisc(ifname: &str, on: bool) -> Result<(), String> {
-    let st = std::process::Command::new("ip")
-        .args([
-            "link",
-            "set",
-            "dev",
-            ifname,
-            "promisc",
-            if on { "on" } else { "off" },
-        ])
-        .status()
-        .map_err(|e| format!("running `ip link set dev {ifname} promisc`: {e}"))?;
-    if !st.success() {
-        return Err(format!("`ip link set dev {ifname} promisc` failed: {st}"));
-    }
-    Ok(())
+    crate::sys::set_interface_flag(ifname, libc::IFF_PROMISC as u32, on).map_err(|e| {
+        format!(
+            "turning promiscuous mode {}: {e}",
+            if on { "on" } else { "off" }
+        )
+    })
 }
 
 /// The MAC address of interface `ifname` (of the calling thread's network namespace).

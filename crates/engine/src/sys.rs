@@ -82,7 +82,7 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
 }
 
 /// An `ifreq` for interface `ifname` (its name checked and copied in).
-fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
+pub(crate) fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
     let name = ifname.as_bytes();
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
         return Err(io::Error::new(
@@ -104,14 +104,30 @@ fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
 /// the thread's after `setns`).
 fn if_ioctl(ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
     let mut r = ifreq(ifname)?;
+    // SAFETY: SIOCGIFFLAGS, SIOCGIFHWADDR and SIOCSIFFLAGS read the name and read or write one
+    // plain member of the request's union, nothing else.
+    unsafe { if_ioctl_with(ifname, request, &mut r)? };
+    Ok(r)
+}
+
+/// `ioctl(request, r)` on a throw-away socket of the calling thread's network namespace.
+///
+/// # Safety
+/// `r` must be what `request` expects: for requests that follow a pointer in it (SIOCETHTOOL),
+/// that pointer must be valid for what the kernel reads and writes there.
+pub(crate) unsafe fn if_ioctl_with(
+    ifname: &str,
+    request: libc::c_ulong,
+    r: &mut libc::ifreq,
+) -> io::Result<()> {
     // SAFETY: socket(2) with constant arguments; the descriptor is closed below on every path.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `r` is a valid, writable ifreq that outlives the call; SIOCGIFFLAGS and
-    // SIOCGIFHWADDR read the name and write one union member of it, nothing else.
-    let rc = unsafe { libc::ioctl(fd, request as _, &mut r as *mut libc::ifreq) };
+    // SAFETY: `r` is a valid, writable ifreq that outlives the call, and the caller vouches for
+    // what it points to.
+    let rc = unsafe { libc::ioctl(fd, request as _, r as *mut libc::ifreq) };
     let err = io::Error::last_os_error();
     // SAFETY: `fd` is the descriptor opened above, closed once.
     unsafe { libc::close(fd) };
@@ -121,7 +137,7 @@ fn if_ioctl(ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
             format!("interface {ifname}: {err}"),
         ));
     }
-    Ok(r)
+    Ok(())
 }
 
 /// The flags of interface `ifname` (`IFF_UP`, `IFF_PROMISC`, ...) in the calling thread's network
@@ -130,6 +146,22 @@ pub fn interface_flags(ifname: &str) -> io::Result<u32> {
     let r = if_ioctl(ifname, libc::SIOCGIFFLAGS)?;
     // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
     Ok(unsafe { r.ifr_ifru.ifru_flags } as u16 as u32)
+}
+
+/// Set or clear `flag` (`IFF_PROMISC`, ...) of interface `ifname` in the calling thread's network
+/// namespace.
+pub fn set_interface_flag(ifname: &str, flag: u32, on: bool) -> io::Result<()> {
+    let mut r = if_ioctl(ifname, libc::SIOCGIFFLAGS)?;
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member, which SIOCSIFFLAGS reads back.
+    unsafe {
+        let f = &mut r.ifr_ifru.ifru_flags;
+        if on {
+            *f |= flag as libc::c_short;
+        } else {
+            *f &= !(flag as libc::c_short);
+        }
+        if_ioctl_with(ifname, libc::SIOCSIFFLAGS, &mut r)
+    }
 }
 
 /// The hardware (MAC) address of interface `ifname` in the calling thread's network namespace.
