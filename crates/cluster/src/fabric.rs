@@ -86,7 +86,8 @@ impl Ring {
         Ok(())
     }
 
-    /// Copy the oldest frame into `out` (at least `max_frame` bytes); returns its length.
+    /// Copy the oldest frame into `out`; returns its length. `out` holds at least `max_frame`
+    /// bytes (the fabric is built that way).
     fn pop(&self, out: &mut [u8]) -> Option<usize> {
         let h = self.head.0.load(Ordering::Relaxed);
         let t = self.tail.0.load(Ordering::Acquire);
@@ -94,7 +95,11 @@ impl Ring {
             return None;
         }
         let base = (h & (self.slots - 1)) * self.slot_words;
-        let len = (self.data[base].load(Ordering::Relaxed) as usize).min(out.len());
+        let len = self.data[base].load(Ordering::Relaxed) as usize;
+        debug_assert!(
+            len <= out.len(),
+            "a fabric frame larger than a packet buffer"
+        );
         let mut words = out[..len].chunks_exact_mut(8);
         let mut i = base + 1;
         for c in &mut words {
@@ -124,8 +129,12 @@ impl Ring {
 }
 
 /// The in-memory interconnect of `n` nodes: node `i`'s port is element `i`; each queue holds
-/// `slots` frames of up to `max_frame` bytes.
+/// `slots` frames of up to `max_frame` bytes (at most a packet buffer's [`MAX_FRAME`](fp_pipeline::packet::MAX_FRAME)).
 pub fn fabric(n: usize, slots: usize, max_frame: usize) -> Vec<FabricPort> {
+    assert!(
+        max_frame <= fp_pipeline::packet::MAX_FRAME,
+        "fabric frames of {max_frame} bytes do not fit a packet buffer"
+    );
     // rings[src][dst]
     let rings: Vec<Vec<Option<Arc<Ring>>>> = (0..n)
         .map(|s| {
@@ -181,12 +190,13 @@ impl FabricPort {
             }
             return rings.try_for_each(|r| r.push(frame));
         }
-        let to = self
-            .out
-            .iter()
-            .enumerate()
-            .find(|(j, _)| dst == node_mac(*j as u8).0)
-            .and_then(|(_, r)| r.as_ref());
+        // A node's MAC ends in its index.
+        let to = match dst.split_last() {
+            Some((&j, prefix)) if prefix == &node_mac(j).0[..5] => {
+                self.out.get(j as usize).and_then(Option::as_ref)
+            }
+            _ => None,
+        };
         match to {
             Some(r) => r.push(frame),
             // No such node (or this one): not deliverable, dropped.

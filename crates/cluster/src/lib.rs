@@ -193,11 +193,14 @@ impl ClusterConfig {
                 "must hold at least two bursts",
             );
         }
-        if !(interconnect::ETH_HDR + 8..=9000).contains(&self.max_frame) {
+        // A packet buffer holds the frame and its interconnect header.
+        let most = fp_pipeline::packet::MAX_FRAME - interconnect::ENCAP;
+        const _: () = assert!(fp_pipeline::packet::MAX_FRAME - interconnect::ENCAP == 2026);
+        if !(interconnect::ETH_HDR + 8..=most).contains(&self.max_frame) {
             return bad(
                 "max_frame",
                 self.max_frame.to_string(),
-                "must be in 22..=9000",
+                "must be in 22..=2026 (a packet buffer holds the frame and the interconnect header)",
             );
         }
         if self.fib_slack.is_nan() || self.fib_slack < 1.0 {
@@ -309,6 +312,18 @@ impl<P: Port> Port for NodePort<P> {
         match self {
             NodePort::External(p) => p.wait(),
             NodePort::Interconnect(p) => p.wait(),
+        }
+    }
+    fn rx_ready(&self) -> bool {
+        match self {
+            NodePort::External(p) => p.rx_ready(),
+            NodePort::Interconnect(p) => p.rx_ready(),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            NodePort::External(p) => p.flush(),
+            NodePort::Interconnect(p) => p.flush(),
         }
     }
 }

@@ -175,9 +175,12 @@ fn stats_of(engine: &WorkerCounters, p: &Published) -> NodeStats {
         .ports
         .split_last()
         .expect("a node has an interconnect port");
+    // The stage does not see what the interconnect port refuses; the driver counts it.
+    let mut counters = p.counters;
+    counters.drop_link_full += ic.tx_dropped.get();
     NodeStats {
         seq: p.seq,
-        counters: p.counters,
+        counters,
         link: LinkStats {
             rx: ic.rx.get().saturating_sub(p.ic_ignored),
             rx_ignored: p.ic_ignored,

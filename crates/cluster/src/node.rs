@@ -82,7 +82,7 @@ pub struct Counters {
     pub drop_unknown: u64,
     /// Malformed frames (too short, bad interconnect header, misaddressed).
     pub drop_malformed: u64,
-    /// Frames the interconnect refused for lack of room.
+    /// Frames the interconnect port refused (no room; on live ports, the kernel refused them).
     pub drop_link_full: u64,
     /// Frames too large for the interconnect after encapsulation.
     pub drop_oversize: u64,
@@ -566,29 +566,41 @@ impl NodeStage {
         self.send_over_interconnect(p, out);
     }
 
-    /// Copies of `p` on every external port but `except` (`u16::MAX`: none); returns how many.
-    fn copies(
+    /// A copy of `p` from the pool; `None` (counted) when the pool is empty (the worker's pool is
+    /// sized so this does not happen).
+    fn copy(&mut self, p: &Packet, pool: &mut Pool) -> Option<Packet> {
+        let Some(mut c) = pool.get() else {
+            self.counters.drop_no_buffer += 1;
+            return None;
+        };
+        c.fill(p.data());
+        c.ts_ns = p.ts_ns;
+        Some(c)
+    }
+
+    /// `p` on every external port but `except` (`u16::MAX`: none): copies on all but the last,
+    /// `p` itself on the last. Returns how many were emitted.
+    fn flood_local(
         &mut self,
-        p: &Packet,
+        p: Packet,
         except: u16,
         hops: u8,
         out: &mut Outputs,
         pool: &mut Pool,
     ) -> u64 {
+        let Some(last) = (0..self.ports).rev().find(|&q| q != except) else {
+            pool.put(p);
+            return 0;
+        };
         let mut n = 0;
-        for port in (0..self.ports).filter(|&q| q != except) {
-            let Some(mut c) = pool.get() else {
-                // No buffer for a copy: the copy is lost (the worker's pool is sized so this
-                // does not happen).
-                self.counters.drop_no_buffer += 1;
-                continue;
-            };
-            c.fill(p.data());
-            c.ts_ns = p.ts_ns;
-            self.emit(c, port, hops, out, pool);
-            n += 1;
+        for port in (0..last).filter(|&q| q != except) {
+            if let Some(c) = self.copy(&p, pool) {
+                self.emit(c, port, hops, out, pool);
+                n += 1;
+            }
         }
-        n
+        self.emit(p, last, hops, out, pool);
+        n + 1
     }
 
     /// Carry out the decisions, in the burst's order.
@@ -620,8 +632,12 @@ impl NodeStage {
                 }
                 Act::FloodOut => {
                     self.counters.flooded += 1;
-                    self.counters.flood_emitted += self.copies(&p, ingress, 0, out, pool);
                     if self.nodes > 1 {
+                        // The original goes to the other nodes, a copy floods this node's ports.
+                        if let Some(c) = self.copy(&p, pool) {
+                            self.counters.flood_emitted +=
+                                self.flood_local(c, ingress, 0, out, pool);
+                        }
                         let e = Encap {
                             from: self.id,
                             to: ALL_NODES,
@@ -632,13 +648,12 @@ impl NodeStage {
                         };
                         self.forward(p, e, out, pool);
                     } else {
-                        pool.put(p);
+                        self.counters.flood_emitted += self.flood_local(p, ingress, 0, out, pool);
                     }
                 }
                 Act::FloodIn { hops } => {
                     strip(&mut p);
-                    self.counters.flood_emitted += self.copies(&p, u16::MAX, hops, out, pool);
-                    pool.put(p);
+                    self.counters.flood_emitted += self.flood_local(p, u16::MAX, hops, out, pool);
                 }
             }
         }
