@@ -325,6 +325,9 @@ impl<R: Record> TraceLog<R> {
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        // Numbered under the lock, so the log and the sink see records in `seq` order (the
+        // workers' rate limit keeps this off the data path's way).
+        let mut q = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let e = TraceEntry {
             seq,
@@ -336,7 +339,6 @@ impl<R: Record> TraceLog<R> {
         if let Some(sink) = &self.sink {
             sink(&self.json(&e));
         }
-        let mut q = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() == self.capacity {
             q.pop_front();
         }

@@ -271,7 +271,10 @@ impl Worker {
             window_ns,
             now: 0,
             started: false,
-            report: WorkerReport::default(),
+            report: WorkerReport {
+                parse_drops: vec![0; fp_wire::Error::COUNT],
+                ..WorkerReport::default()
+            },
             items: Vec::with_capacity(MAX_BURST),
             output,
         })
@@ -508,9 +511,7 @@ fn run_flowlet(input: &mut dyn Port, output: &mut dyn Port, o: &RunOpts) -> Resu
     let n = o.workers.max(1);
     let mut stages = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut w = Worker::new(o.lb.clone(), o.macs.clone(), o.window_ns, 1)?;
-        w.report.parse_drops = vec![0; fp_wire::Error::COUNT];
-        stages.push(w);
+        stages.push(Worker::new(o.lb.clone(), o.macs.clone(), o.window_ns, 1)?);
     }
     let steering = Steering {
         seed: o.seed,
@@ -733,13 +734,8 @@ pub fn run(a: FlowletArgs) -> Result<()> {
         },
         engine: Default::default(),
     };
-    let workers = a.workers.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
     let opts = RunOpts {
-        workers: workers.max(1),
+        workers: fp_engine::driver::workers_or_cpus(a.workers),
         seed,
         window_ns,
         pin: !a.no_pin,

@@ -63,7 +63,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         interface,
         driver: a.driver,
         xdp_mode: a.xdp_mode,
-        workers: crate::offline::workers_or_cpus(a.workers),
+        workers: fp_engine::driver::workers_or_cpus(a.workers),
         admin: a.admin,
         pin: !a.no_pin,
     })

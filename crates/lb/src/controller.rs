@@ -316,13 +316,15 @@ impl Balancer {
         let mut changed = false;
         let wanted = self.on_link();
         for &a in &wanted {
+            // The builder holds what the data path uses: compare with it, not with the last table
+            // (an address a reload just added may have had its entry for long).
             let mac = table.get(&a).copied();
-            if self.neighbors.get(&a).copied() != mac {
+            if self.builder.set_neighbor(a, mac) {
                 out.push(Action::Log(match mac {
                     Some(m) => format!("{a} is at {m}"),
                     None => format!("{a}: neighbour entry gone"),
                 }));
-                changed |= self.builder.set_neighbor(a, mac);
+                changed = true;
             }
         }
         self.neighbors = table.clone();
@@ -365,6 +367,12 @@ impl Balancer {
             self.builder.set_health(e.address, e.healthy);
         }
         self.config = r.config;
+        // Addresses the new configuration puts on the link whose entries are known already.
+        for a in self.on_link() {
+            if let Some(&m) = self.neighbors.get(&a) {
+                self.builder.set_neighbor(a, Some(m));
+            }
+        }
         self.generation += 1;
         self.reloads.ok += 1;
         let g = self.generation;
@@ -522,6 +530,30 @@ mod tests {
             .any(|x| matches!(x, Action::Log(l) if l.contains("is at"))));
         assert!(!a.iter().any(|x| matches!(x, Action::Resolve(_))));
         assert!(b.on_neighbors(&table).is_empty(), "no change, no action");
+    }
+
+    #[test]
+    fn a_reload_uses_known_neighbour_entries_of_new_backends() {
+        let mut b = Balancer::new(cfg(CFG), None, false).unwrap();
+        let (m1, m2): (MacAddr, MacAddr) = (
+            "02:00:00:00:01:01".parse().unwrap(),
+            "02:00:00:00:01:02".parse().unwrap(),
+        );
+        // The kernel knows 10.0.1.2 before any configuration uses it.
+        let table = HashMap::from([(ip("10.0.1.1"), m1), (ip("10.0.1.2"), m2)]);
+        b.on_neighbors(&table);
+        let text = CFG.replace(
+            "{ address = \"10.0.1.1\" }",
+            "{ address = \"10.0.1.1\" }, { address = \"10.0.1.2\" }",
+        );
+        let r = b.prepare_reload(Ok(text)).unwrap();
+        let (_, actions) = b.commit_reload(r, &[]);
+        assert!(!actions.iter().any(|x| matches!(x, Action::Resolve(_))));
+        assert!(
+            !b.builder.clone().set_neighbor(ip("10.0.1.2"), Some(m2)),
+            "the new backend's MAC is in the published snapshot's builder"
+        );
+        assert!(b.on_neighbors(&table).is_empty(), "nothing left to change");
     }
 
     #[test]

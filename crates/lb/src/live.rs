@@ -34,7 +34,7 @@ use fp_control::health::{HealthEvent, HealthMonitor, HealthOptions};
 use fp_control::signal::{ReloadSignal, TerminateSignal};
 use fp_control::trace::{TracerConfig, DEFAULT_CAPACITY};
 use fp_engine::afxdp::ModeChoice;
-use fp_engine::driver::{self, Options, Running, Worker};
+use fp_engine::driver::{self, Options, Running, Worker, WorkerCounters};
 use fp_engine::live::{Capture, Driver, LiveControl, LiveSpec};
 use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
@@ -266,6 +266,7 @@ fn resolve(addrs: &[IpAddr]) {
 struct Shared {
     state: Mutex<State>,
     stats: Vec<Arc<WorkerStats>>,
+    ports: Vec<Arc<WorkerCounters>>,
     trace: Arc<TraceLog<TraceRecord>>,
     started: Instant,
     description: String,
@@ -298,6 +299,8 @@ impl AdminHandler for Shared {
             health: &health,
             maglev: st.machine.maglev(),
             trace: self.trace.counts(),
+            interfaces: std::slice::from_ref(&st.interface),
+            ports: &self.ports,
             uptime: self.started.elapsed(),
         })
     }
@@ -430,6 +433,7 @@ pub fn run(o: &LiveOptions) -> Result<()> {
             interface: o.interface.clone(),
         }),
         stats,
+        ports: running.counters(),
         trace,
         started: Instant::now(),
         description,

@@ -19,7 +19,9 @@ use fp_control::health::BackendHealth;
 pub use fp_control::metrics::ReloadCounts;
 use fp_control::metrics::{Exposition, Kind};
 use fp_control::trace::TraceCounts;
+use fp_engine::driver::WorkerCounters;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Figures of one worker that are not counters of [`Totals`].
@@ -138,6 +140,10 @@ pub struct MetricsView<'a> {
     pub maglev: &'a MaglevChanges,
     /// Tracer counts (`TraceLog::counts`).
     pub trace: TraceCounts,
+    /// The interfaces, in the workers' port order.
+    pub interfaces: &'a [String],
+    /// Each worker's engine counters (frames per port, drops of the ports).
+    pub ports: &'a [Arc<WorkerCounters>],
     /// Time since start.
     pub uptime: Duration,
 }
@@ -161,7 +167,8 @@ fn match_text(s: &Snapshot, m: &VipMatch) -> String {
     }
 }
 
-fn proto_text(p: fp_wire::ip::IpProtocol) -> String {
+/// A protocol as label text: `tcp`, `udp`, else the number (0 for a VIP of any protocol).
+pub(crate) fn proto_text(p: fp_wire::ip::IpProtocol) -> String {
     match p.0 {
         6 => "tcp".into(),
         17 => "udp".into(),
@@ -699,6 +706,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
             h.transitions,
         );
     }
+    fp_control::metrics::ports(&mut o, "flowplane", v.interfaces, v.ports);
     o.finish()
 }
 

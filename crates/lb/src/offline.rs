@@ -53,17 +53,6 @@ fn publish(cfg: LbConfig) -> Result<Arc<Published<Snapshot>>> {
     Ok(Arc::new(Published::new(Arc::new(snap))))
 }
 
-/// Worker threads: the number asked, else one per CPU.
-pub fn workers_or_cpus(workers: Option<usize>) -> usize {
-    workers
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        })
-        .max(1)
-}
-
 /// Seed of the offline workers' connection tables (placement only; fixed, so runs repeat).
 const TABLE_SEED: u64 = 0x0007_ab1e_5eed;
 
@@ -138,7 +127,7 @@ pub fn run_capture(
         snaps.clone(),
         &mut inp,
         &mut out,
-        workers_or_cpus(workers),
+        fp_engine::driver::workers_or_cpus(workers),
         true,
     )?;
     if inp.truncated > 0 {
@@ -188,7 +177,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         start_ns: 1_000_000_000,
     });
     let mut sink = NullPort::default();
-    let workers = workers_or_cpus(a.workers);
+    let workers = fp_engine::driver::workers_or_cpus(a.workers);
     println!(
         "flowplane demo: {} packets of mix {:?} over {} connections, {} workers, embedded config (configs/demo.toml)",
         a.packets, a.mix, a.conns, workers

@@ -68,12 +68,7 @@ fn endpoints(f: &FlowKey) -> (String, std::net::SocketAddr, std::net::SocketAddr
             (std::net::IpAddr::V6(k.dst), k.dst_port),
         ),
     };
-    let name = match p.0 {
-        6 => "tcp".to_string(),
-        17 => "udp".to_string(),
-        n => n.to_string(),
-    };
-    (name, src.into(), dst.into())
+    (crate::metrics::proto_text(p), src.into(), dst.into())
 }
 
 /// A worker's tracer: recognises probes, rate-limits them, records into the shared [`TraceLog`].

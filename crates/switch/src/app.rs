@@ -688,14 +688,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
 
     let spec = LiveSpec {
         interfaces: a.ports.clone(),
-        workers: a
-            .workers
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-            })
-            .max(1),
+        workers: fp_engine::driver::workers_or_cpus(a.workers),
         capture: Capture::All,
         xdp_mode: a.xdp_mode,
         ring_bytes: Some(RING_BYTES),

@@ -420,6 +420,14 @@ fn render_is_valid_and_complete() {
             since: Instant::now(),
         },
     ];
+    let ports: Vec<_> = (0..2)
+        .map(|w| {
+            let c = WorkerCounters::new(1);
+            c.ports[0].rx.add(10 + w);
+            c.ports[0].rx_dropped.add(3);
+            Arc::new(c)
+        })
+        .collect();
     let view = MetricsView {
         totals: &totals,
         workers: &workers,
@@ -432,6 +440,8 @@ fn render_is_valid_and_complete() {
             recorded: 5,
             suppressed: 6,
         },
+        interfaces: &["eth0".to_string()],
+        ports: &ports,
         uptime: Duration::from_millis(12_500),
     };
     let text = render(&view);
@@ -443,6 +453,9 @@ fn render_is_valid_and_complete() {
     let web = s2.vips[0].name.as_str();
     assert_eq!(web, "web \"blue\"\\edge");
     assert_eq!(p.get("flowplane_uptime_seconds", &[]), 12.5);
+    let eth0 = [("port", "0"), ("interface", "eth0")];
+    assert_eq!(p.get("flowplane_port_rx_frames_total", &eth0), 21.0);
+    assert_eq!(p.get("flowplane_port_rx_dropped_frames_total", &eth0), 6.0);
     assert_eq!(p.get("flowplane_config_generation", &[]), 4.0);
     assert_eq!(
         p.get("flowplane_snapshot_generation", &[]),
