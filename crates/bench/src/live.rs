@@ -181,6 +181,7 @@ fn config_text() -> String {
     format!(
         r#"[balancer]
 address = "{BALANCER_IP}"
+seed = 1
 conn_table_capacity = 65536
 conn_table_capacity_v6 = 1024
 [[vip]]

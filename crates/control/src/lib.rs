@@ -81,6 +81,7 @@ pub mod announce;
 pub mod health;
 pub mod json;
 pub mod metrics;
+pub mod seed;
 pub mod signal;
 mod sys;
 pub mod trace;

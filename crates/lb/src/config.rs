@@ -209,8 +209,13 @@ pub struct BalancerSpec {
     pub mac: MacAddr,
     /// MAC of the next hop toward backends (outer Ethernet destination for tunnels).
     pub gateway_mac: MacAddr,
-    /// Hash seed for flow hashing and Maglev. Must be equal on every balancer of a cluster.
+    /// Hash seed for flow hashing, Maglev and the connection tables. Secret: whoever knows it
+    /// can craft flows that collide in one bucket or land on one backend (hash flooding).
+    /// Must be equal on every balancer of a cluster.
     pub seed: u64,
+    /// Whether `seed` came from the file (`balancer.seed`) or was drawn at random when the file
+    /// was read. A reload of a file without a seed keeps the running seed.
+    pub seed_origin: SeedOrigin,
     /// Maglev lookup table size (prime).
     pub maglev_size: u32,
     /// IPv4 connection-table entries per worker.
@@ -229,6 +234,16 @@ pub struct BalancerSpec {
     pub max_vips: usize,
     /// Counter slots for backends.
     pub max_backends: usize,
+}
+
+/// Where the hash seed came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedOrigin {
+    /// `balancer.seed` in the file.
+    Configured,
+    /// Drawn from the operating system's random source when the file was read (a single
+    /// balancer needs nothing else; a balancer that restarts gets a new one).
+    Random,
 }
 
 /// A validated load-balancer configuration.
@@ -495,7 +510,12 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         address6,
         mac,
         gateway_mac,
-        seed: b.seed.unwrap_or(0x5eed_f10f_1a4e),
+        seed: b.seed.unwrap_or_else(fp_control::seed::random_seed),
+        seed_origin: if b.seed.is_some() {
+            SeedOrigin::Configured
+        } else {
+            SeedOrigin::Random
+        },
         maglev_size: maglev_cfg.size(),
         conn_capacity,
         conn_capacity_v6,
@@ -834,6 +854,21 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             ),
         ));
     }
+    if b.seed.is_none() && (raw.bgp.is_some() || raw.cluster.is_some()) {
+        let section = if raw.bgp.is_some() {
+            "[bgp]"
+        } else {
+            "[cluster]"
+        };
+        return Err(err(
+            "balancer.seed",
+            format!(
+                "must be set with {section}: every balancer behind the same router must hash \
+                 flows alike, so a connection keeps its backend whichever balancer gets it; \
+                 choose a random 64-bit value, keep it secret and give it to all of them"
+            ),
+        ));
+    }
     let bgp = match &raw.bgp {
         Some(g) => Some(validate_bgp(g, &balancer)?),
         None => None,
@@ -1150,9 +1185,40 @@ mod tests {
     }
 
     #[test]
+    fn seed_is_secret_by_default_and_required_for_a_cluster() {
+        let seeded = GOOD.replacen(
+            "maglev_size = 251",
+            "maglev_size = 251\n        seed = 42",
+            1,
+        );
+        let c = LbConfig::from_toml(&seeded).unwrap();
+        assert_eq!(
+            (c.balancer.seed, c.balancer.seed_origin),
+            (42, SeedOrigin::Configured)
+        );
+        let a = LbConfig::from_toml(GOOD).unwrap();
+        let b = LbConfig::from_toml(GOOD).unwrap();
+        assert_eq!(a.balancer.seed_origin, SeedOrigin::Random);
+        assert_ne!(a.balancer.seed, b.balancer.seed, "a fresh seed per start");
+        for section in [
+            "[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n",
+            "[cluster]\nbalancers = [\"10.0.0.3\", \"10.0.0.2\"]\n",
+        ] {
+            let e = error_of(&format!("{GOOD}\n{section}"));
+            assert_eq!(e.field, "balancer.seed", "{e}");
+            assert!(LbConfig::from_toml(&format!("{seeded}\n{section}")).is_ok());
+        }
+    }
+
+    #[test]
     fn bgp_and_cluster_sections() {
+        let seeded = GOOD.replacen(
+            "maglev_size = 251",
+            "maglev_size = 251\n        seed = 42",
+            1,
+        );
         let text = format!(
-            "{GOOD}\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n\
+            "{seeded}\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n\
              [cluster]\nbalancers = [\"10.0.0.3\", \"10.0.0.2\"]\n"
         );
         let c = LbConfig::from_toml(&text).unwrap();

@@ -26,7 +26,7 @@
 //!
 //! Publishing a snapshot is not I/O: it is an atomic pointer swap the workers read.
 
-use crate::config::{LbConfig, VipMatch};
+use crate::config::{LbConfig, SeedOrigin, VipMatch};
 use crate::health::{self, HealthEvent, Plan};
 use crate::metrics::MaglevChanges;
 use crate::snapshot::{Builder, Published, Snapshot};
@@ -344,7 +344,12 @@ impl Balancer {
     /// Validate a reloaded configuration file's text (or the error reading it) without changing
     /// anything.
     pub fn prepare_reload(&self, text: Result<String, String>) -> Result<Reload, String> {
-        let cfg = LbConfig::from_toml(&text?).map_err(|e| e.to_string())?;
+        let mut cfg = LbConfig::from_toml(&text?).map_err(|e| e.to_string())?;
+        if cfg.balancer.seed_origin == SeedOrigin::Random {
+            // A file without a seed keeps the one the workers hash with.
+            cfg.balancer.seed = self.config.balancer.seed;
+            cfg.balancer.seed_origin = self.config.balancer.seed_origin;
+        }
         restart_only(&self.config, &cfg)?;
         let plan = health::plan(&cfg).map_err(|e| e.to_string())?;
         let destinations = destinations(&cfg, self.filters_destinations)?;
@@ -554,6 +559,26 @@ mod tests {
             "the new backend's MAC is in the published snapshot's builder"
         );
         assert!(b.on_neighbors(&table).is_empty(), "nothing left to change");
+    }
+
+    #[test]
+    fn a_file_without_seed_keeps_the_running_seed() {
+        let text = CFG.replace("seed = 7\n", "");
+        let mut b = Balancer::new(cfg(&text), None, true).unwrap();
+        let running = b.config().balancer.seed;
+        assert_eq!(b.config().balancer.seed_origin, SeedOrigin::Random);
+        for _ in 0..2 {
+            let r = b.prepare_reload(Ok(text.clone())).unwrap();
+            b.commit_reload(r, &[]);
+            assert_eq!(
+                b.config().balancer.seed,
+                running,
+                "a reload draws no new seed"
+            );
+        }
+        // Giving a seed that differs from the random one is a restart-time change.
+        let e = b.prepare_reload(Ok(CFG.to_string())).unwrap_err();
+        assert!(e.starts_with("balancer.seed"), "{e}");
     }
 
     #[test]

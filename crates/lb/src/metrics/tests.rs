@@ -279,6 +279,7 @@ const CFG: &str = r#"
     [balancer]
     address = "10.0.0.2"
     maglev_size = 1009
+    seed = 9
     max_vips = 8
     max_backends = 16
     [[prefix_group]]
