@@ -1,7 +1,7 @@
 //! The `flowplane` command: argument parsing and wiring over the application crates.
 //!
 //! Layer: **cli** (docs/architecture.md). Each subcommand hands its parsed arguments to its
-//! application: `run`, `demo` and `backend` to the load balancer (`fp-lb`), `switch` to the
+//! application: `run`, `check`, `demo` and `backend` to the load balancer (`fp-lb`), `switch` to the
 //! CuckooSwitch switch (`fp-switch`), `flowlet` to the Flowlet balancer (`fp-flowlet`). The
 //! benchmarks are a separate binary, `flowplane-bench`, so this one links none of their peers.
 #![deny(unsafe_code)]
@@ -38,6 +38,11 @@ enum Command {
     /// af_packet|af_xdp] [--admin ADDR]`) or offline on a capture (`--config FILE --in IN.pcap
     /// --out OUT.pcap`).
     Run(fp_lb::cli::RunArgs),
+    /// Check a load-balancer configuration without running it (`--config FILE`): validates it as
+    /// `run` and a reload do, prints the plan (VIPs, pools with weights and health checks, Maglev
+    /// table digests, BGP announcements), exits non-zero naming the field on error. Use it before
+    /// a reload.
+    Check(fp_lb::check::CheckArgs),
     /// The main job with an embedded default: the load balancer on generated traffic, with a report
     /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.
     Demo(fp_lb::cli::DemoArgs),
@@ -69,13 +74,23 @@ fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     Err(anyhow::Error::new(e).context(format!("running {}", bin.display())))
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
         Command::Bench { args } => bench(args),
         Command::Backend(a) => fp_lb::backend::run(a),
         Command::Run(a) => fp_lb::cli::run(a),
+        Command::Check(a) => fp_lb::check::run(a),
         Command::Demo(a) => fp_lb::cli::demo(a),
         Command::Switch(a) => fp_switch::app::run(a),
         Command::Flowlet(a) => fp_flowlet::app::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The message and its causes on one line, for the operator and the journal; no
+            // backtrace (RUST_BACKTRACE is for developers of flowplane, who can use a debugger).
+            eprintln!("flowplane: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -19,6 +19,8 @@
 //!   reloads and neighbour changes, whose actions (announce VIPs over BGP, steer destinations,
 //!   resolve neighbours) a thin shell ([`live`]) carries out;
 //! * §4.4 metrics ([`metrics`]) and the packet tracer ([`trace`]);
+//! * a configuration checked without running it ([`check`], `flowplane check`), and under systemd
+//!   the notification protocol and watchdog (from `fp-control`, spoken by [`live`]);
 //! * per-worker counters for every outcome and drop reason ([`stats`]).
 //!
 //! [`offline`] runs the balancer over capture files and generated traffic; [`backend`] prepares a
@@ -64,6 +66,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -1,0 +1,271 @@
+//! `flowplane check --config FILE`: validate a configuration the way `flowplane run` does at start
+//! (and a reload does), without touching any interface, and print what it would do — the VIPs,
+//! the pools with their weights and health checks, each VIP's Maglev table digest, the BGP
+//! announcements and the scale-out peers. Run it before `systemctl reload` (the packaged unit
+//! does): a file that fails here names the field and the running balancer never sees it.
+//!
+//! What only the running balancer can check is left to the reload itself: settings fixed at start
+//! (table sizes, the seed, `[bgp]`) may not change by reload; a reload that tries is rejected
+//! and the running configuration stays.
+
+use crate::config::{LbConfig, SeedOrigin, VipMatch};
+use crate::controller::Balancer;
+use crate::health::{HealthKind, Plan};
+use anyhow::{anyhow, Result};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// `flowplane check`.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The configuration to check (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The port driver it will run with (AF_XDP steers by destination address in the kernel and
+    /// so cannot serve prefix/suffix VIPs).
+    #[arg(long, default_value = "af_packet")]
+    pub driver: fp_engine::live::Driver,
+    /// Print nothing when the configuration is valid.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// Validate `a.config`; print the plan unless `--quiet`. The error names the file and the field.
+pub fn run(a: CheckArgs) -> Result<()> {
+    let path = a.config.display().to_string();
+    let text = std::fs::read_to_string(&a.config).map_err(|e| anyhow!("reading {path}: {e}"))?;
+    let plan = check(&text, a.driver.filters_destinations()).map_err(|e| anyhow!("{path}: {e}"))?;
+    if !a.quiet {
+        print!("{path}: valid\n{plan}");
+    }
+    Ok(())
+}
+
+/// Validate a configuration's text exactly as a start does (parse, fields, health plan, the
+/// driver's steering, every VIP's Maglev table) and describe it. `filters_destinations`: whether
+/// the port driver steers by destination address.
+pub fn check(text: &str, filters_destinations: bool) -> Result<String, String> {
+    let cfg = LbConfig::from_toml(text).map_err(|e| e.to_string())?;
+    let machine = Balancer::new(cfg, None, filters_destinations)?;
+    Ok(describe(&machine, &machine.health_plan()))
+}
+
+fn describe(machine: &Balancer, plan: &Plan) -> String {
+    let cfg = machine.config();
+    let snap = machine.snapshots().load();
+    let b = &cfg.balancer;
+    let mut s = String::new();
+    let opt = |a: Option<String>| a.unwrap_or_else(|| "none".into());
+    let _ = writeln!(
+        s,
+        "balancer: address {}, address6 {}, mac {}, gateway_mac {}",
+        opt(b.address.map(|a| a.to_string())),
+        opt(b.address6.map(|a| a.to_string())),
+        b.mac,
+        b.gateway_mac
+    );
+    let _ = writeln!(
+        s,
+        "  seed: {}",
+        match b.seed_origin {
+            SeedOrigin::Configured =>
+                "from the file (digests below match every balancer with the same file)",
+            SeedOrigin::Random =>
+                "not set: a secret random seed per start (digests below are for this check only)",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  per worker: {} IPv4 + {} IPv6 connections (idle timeout {} ms), {} fragment \
+         entries ({} ms); Maglev tables of {} slots; outer TTL {}",
+        b.conn_capacity,
+        b.conn_capacity_v6,
+        b.conn_idle_timeout_ms,
+        b.frag_capacity,
+        b.frag_timeout_ms,
+        b.maglev_size,
+        b.ttl
+    );
+    let _ = writeln!(s, "vips: {}", cfg.vips.len());
+    for (v, state) in cfg.vips.iter().zip(&snap.vips) {
+        let matcher = match &v.matcher {
+            VipMatch::Exact(a) => a.to_string(),
+            VipMatch::Suffix { group, suffix, len } => format!(
+                "suffix {suffix:#x}/{len} of prefix group {:?}",
+                cfg.prefix_groups.get(*group).map_or("?", |g| &g.name)
+            ),
+        };
+        let port = if v.port == 0 {
+            "any port".to_string()
+        } else {
+            format!("port {}", v.port)
+        };
+        let table = match &state.table {
+            Some(t) => format!("Maglev table digest {:016x}", t.digest()),
+            None => "no Maglev table (no backend)".into(),
+        };
+        let _ = writeln!(
+            s,
+            "  vip {:?}: {matcher} {port}/{}, encap {}, pools [{}], {} backend(s), {table}",
+            v.name,
+            crate::metrics::proto_text(v.protocol),
+            v.encap,
+            v.pools.join(", "),
+            v.backends.len()
+        );
+    }
+    let _ = writeln!(s, "pools: {}", cfg.pools.len());
+    for p in &cfg.pools {
+        let health = match &p.health {
+            None => "no health check (always up)".to_string(),
+            Some(h) => {
+                let what = match &h.kind {
+                    HealthKind::Tcp => "tcp connect".to_string(),
+                    HealthKind::Http { path, status, body } => format!(
+                        "http GET {path} expecting {status}{}",
+                        body.as_ref()
+                            .map_or(String::new(), |b| format!(" and body containing {b:?}"))
+                    ),
+                };
+                format!(
+                    "{what} on {}, every {} ms, timeout {} ms, up after {}, down after {}",
+                    h.port
+                        .map_or("the VIP's port".to_string(), |p| format!("port {p}")),
+                    h.interval_ms,
+                    h.timeout_ms,
+                    h.rise,
+                    h.fall
+                )
+            }
+        };
+        let _ = writeln!(s, "  pool {:?}: {health}", p.name);
+        for be in &p.backends {
+            let _ = writeln!(
+                s,
+                "    backend {} name {:?} weight {}{}",
+                be.address,
+                be.name,
+                be.weight,
+                be.mac.map_or(String::new(), |m| format!(" mac {m}"))
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "health checks: {} address(es) checked, {} unchecked",
+        plan.checks.len(),
+        plan.unchecked.len()
+    );
+    for c in &plan.conflicts {
+        let _ = writeln!(s, "  note: {c}");
+    }
+    match &cfg.bgp {
+        None => {
+            let _ = writeln!(s, "bgp: none (nothing announced)");
+        }
+        Some(g) => {
+            let vips: Vec<String> = cfg
+                .vips
+                .iter()
+                .filter_map(|v| match v.matcher {
+                    VipMatch::Exact(a) => Some(a.to_string()),
+                    VipMatch::Suffix { .. } => None,
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "bgp: {} AS {} to peer {} AS {}, router id {}, next hop {}, hold {} s, drain {} \
+                 ms; announces (while healthy) {}",
+                g.speaker,
+                g.local_as,
+                g.peer,
+                g.peer_as,
+                g.router_id,
+                g.next_hop,
+                g.hold_time_s,
+                g.drain_ms,
+                if vips.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    vips.join(", ")
+                }
+            );
+        }
+    }
+    if let Some(c) = &cfg.cluster {
+        let _ = writeln!(
+            s,
+            "cluster: {} balancers ({}), this one is {}",
+            c.balancers.len(),
+            c.balancers
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            c.balancers[c.me]
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+        [balancer]
+        address = "10.0.0.2"
+        seed = 7
+        maglev_size = 251
+        [[vip]]
+        name = "web"
+        address = "203.0.113.10"
+        port = 80
+        protocol = "tcp"
+        pools = ["p"]
+        [[pool]]
+        name = "p"
+        backends = [{ address = "10.0.1.1", weight = 3 }, { address = "10.0.1.2" }]
+        health = { kind = "http", path = "/healthz", interval_ms = 200, timeout_ms = 100 }
+    "#;
+
+    #[test]
+    fn plan_shows_vips_pools_checks_and_a_stable_digest() {
+        let a = check(CFG, false).unwrap();
+        assert!(a.contains("vip \"web\": 203.0.113.10 port 80/tcp"), "{a}");
+        assert!(
+            a.contains("backend 10.0.1.1 name \"10.0.1.1\" weight 3"),
+            "{a}"
+        );
+        assert!(a.contains("http GET /healthz expecting 200"), "{a}");
+        assert!(a.contains("bgp: none"), "{a}");
+        // The digest depends only on the file when it gives the seed, so two balancers (or two
+        // checks) agree; changing a weight changes it.
+        assert_eq!(a, check(CFG, false).unwrap());
+        let b = check(&CFG.replace("weight = 3", "weight = 4"), false).unwrap();
+        let digest = |t: &str| {
+            t.split("Maglev table digest ")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_ne!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = check(&CFG.replace("weight = 3", "weight = 0"), false).unwrap_err();
+        assert!(e.starts_with("pool \"p\".backends[0].weight"), "{e}");
+        let bgp = "\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n";
+        let e = check(&format!("{}{bgp}", CFG.replace("seed = 7", "")), false).unwrap_err();
+        assert!(e.starts_with("balancer.seed"), "{e}");
+        let ok = check(&format!("{CFG}{bgp}"), false).unwrap();
+        assert!(
+            ok.contains("announces (while healthy) 203.0.113.10"),
+            "{ok}"
+        );
+    }
+}
