@@ -26,6 +26,10 @@
 //!   *packet-tracer*: "specially marked Maglev-recognizable payloads" that are forwarded as usual
 //!   while the worker reports what it did with them, rate-limited: [`trace`].
 //!
+//! And what running under a service manager needs: [`systemd`] speaks the notification protocol
+//! (readiness, reloading, stopping, status, watchdog) and [`seed`] draws the secret hash seeds
+//! applications use when not told one.
+//!
 //! Guarantees: no thread is spawned per request or per check; every socket operation has a
 //! timeout; every buffer read from the network is bounded; dropping a [`health::HealthMonitor`]
 //! or an [`admin::AdminServer`] stops its threads. `unsafe` code is confined to the `sys` module
@@ -84,6 +88,7 @@ pub mod metrics;
 pub mod seed;
 pub mod signal;
 mod sys;
+pub mod systemd;
 pub mod trace;
 
 pub use admin::{AdminHandler, AdminOptions, AdminServer};

@@ -32,6 +32,7 @@ use fp_control::admin::{AdminHandler, AdminServer};
 use fp_control::announce::Announcer;
 use fp_control::health::{HealthEvent, HealthMonitor, HealthOptions};
 use fp_control::signal::{ReloadSignal, TerminateSignal};
+use fp_control::systemd::Notifier;
 use fp_control::trace::{TracerConfig, DEFAULT_CAPACITY};
 use fp_engine::afxdp::ModeChoice;
 use fp_engine::driver::{self, Options, Running, Worker, WorkerCounters};
@@ -132,6 +133,10 @@ struct State {
     capture: LiveControl,
     path: PathBuf,
     interface: String,
+    /// The service manager (systemd `Type=notify`), when one started us.
+    notify: Notifier,
+    /// What `READY=1` says in its status line.
+    ready_status: String,
 }
 
 impl State {
@@ -181,8 +186,20 @@ impl State {
         self.apply(actions);
     }
 
-    /// Re-read the configuration file: validate, update the health monitor, commit.
+    /// Re-read the configuration file: validate, update the health monitor, commit. The service
+    /// manager hears `RELOADING=1` before and `READY=1` after, whatever the outcome.
     fn reload(&mut self) -> Result<u64, String> {
+        self.notify.reloading();
+        let result = self.reload_file();
+        let status = match &result {
+            Ok(g) => format!("{}; configuration generation {g}", self.ready_status),
+            Err(e) => format!("{}; last reload rejected: {e}", self.ready_status),
+        };
+        self.notify.ready(&status);
+        result
+    }
+
+    fn reload_file(&mut self) -> Result<u64, String> {
         let r = self
             .machine
             .prepare_reload(read_config(&self.path))
@@ -382,6 +399,7 @@ pub fn run(o: &LiveOptions) -> Result<()> {
     }
     let term = TerminateSignal::install().context("installing SIGTERM/SIGINT handlers")?;
     let hup = ReloadSignal::try_install().context("installing the SIGHUP handler")?;
+    let notify = Notifier::from_env().context("NOTIFY_SOCKET")?;
 
     let mac = fp_engine::live::interface_mac(&o.interface).map_err(|e| anyhow::anyhow!("{e}"))?;
     let machine = Balancer::new(cfg, Some(mac), o.driver.filters_destinations())
@@ -431,6 +449,8 @@ pub fn run(o: &LiveOptions) -> Result<()> {
             capture: opened.control,
             path: o.config.clone(),
             interface: o.interface.clone(),
+            notify,
+            ready_status: format!("forwarding on {} with {n} worker(s)", o.interface),
         }),
         stats,
         ports: running.counters(),
@@ -466,6 +486,11 @@ pub fn run(o: &LiveOptions) -> Result<()> {
         st.apply(actions);
     }
     log(format_args!("ready: {n} worker(s) on {}", o.interface));
+    {
+        let mut st = shared.lock();
+        let status = st.ready_status.clone();
+        st.notify.ready(&status);
+    }
 
     let result = control_loop(&shared, &health_rx, &term, &hup, &running);
     log("shutting down");
@@ -473,6 +498,7 @@ pub fn run(o: &LiveOptions) -> Result<()> {
     // to the other balancers, then stop. Not after a forwarder failure: nothing forwards then.
     let announcer = {
         let mut st = shared.lock();
+        st.notify.stopping();
         let actions = st.machine.drain();
         st.apply(actions);
         st.announcer.take()
@@ -533,6 +559,8 @@ fn control_loop(
         if let Err(e) = workers.check() {
             bail!("{e}; VIPs withdrawn");
         }
+        // Every worker is alive: tell systemd's watchdog (when it asked for pings).
+        shared.lock().notify.watchdog(true);
         match health_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(e) => {
                 let mut events = vec![e];

@@ -73,6 +73,7 @@ use fp_control::admin::{AdminHandler, AdminServer};
 use fp_control::json;
 use fp_control::metrics::{self, Exposition, Kind};
 use fp_control::signal::TerminateSignal;
+use fp_control::systemd::Notifier;
 use fp_control::trace::{probe_id, Limiter, Record, TraceLog, TracerConfig};
 use fp_cuckoo::{CompactMap, CompactReader, Config};
 use fp_engine::afxdp::ModeChoice;
@@ -622,7 +623,14 @@ impl AdminHandler for Shared {
 /// Receive ring per AF_PACKET socket (workers × ports sockets): 4 MiB.
 const RING_BYTES: usize = 4 << 20;
 
-/// Run the switch until SIGTERM/SIGINT.
+/// The FIB's table settings, with a secret seed drawn for this start: a public seed would let
+/// hosts choose MACs that pile into one bucket pair and make learning fail (hash flooding).
+fn fib_config(capacity: usize) -> Config {
+    Config::with_capacity(capacity).seed(fp_control::seed::random_seed())
+}
+
+/// Run the switch until SIGTERM/SIGINT. Under systemd (`Type=notify`) it reports readiness
+/// once the ports forward, stopping at shutdown, and pings the watchdog while its workers live.
 pub fn run(a: SwitchArgs) -> Result<()> {
     let nports = a.ports.len();
     if nports < 2 {
@@ -656,9 +664,10 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         .fib_capacity
         .max(preload.len() + preload.len() / 16 + statics.len() + 1024);
     let term = TerminateSignal::install().context("installing SIGTERM/SIGINT handlers")?;
+    let mut notify = Notifier::from_env().context("NOTIFY_SOCKET")?;
 
     // The FIB and its single writer.
-    let (fw, fr) = CompactMap::new(&Config::with_capacity(capacity))
+    let (fw, fr) = CompactMap::new(&fib_config(capacity))
         .with_context(|| format!("building a FIB of {capacity} entries"))?;
     let (ltx, lrx) = learn_queue(a.learn_queue);
     let aging_ns = aging.as_nanos().min(u64::MAX as u128) as u64;
@@ -768,7 +777,12 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         statics.len()
     ));
 
-    let result = control_loop(&shared, &term, &running, aging);
+    notify.ready(&format!(
+        "switching {nports} ports ({}) with {workers} worker(s)",
+        a.ports.join(",")
+    ));
+    let result = control_loop(&shared, &term, &running, aging, &mut notify);
+    notify.stopping();
     log("shutting down");
     if let Some(s) = admin {
         s.shutdown();
@@ -802,6 +816,7 @@ fn control_loop(
     term: &TerminateSignal,
     workers: &Running<SwitchStage>,
     aging: Duration,
+    notify: &mut Notifier,
 ) -> Result<()> {
     let age_every = (aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_age = Instant::now();
@@ -810,6 +825,7 @@ fn control_loop(
             return Ok(());
         }
         workers.check()?;
+        notify.watchdog(true);
         {
             let mut c = shared.lock();
             c.drain();
@@ -828,6 +844,17 @@ fn control_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fib_seed_is_fresh_per_start() {
+        let (a, b) = (fib_config(1024), fib_config(1024));
+        assert_ne!(a.seed, b.seed);
+        assert_ne!(
+            a.seed,
+            Config::with_capacity(1024).seed,
+            "not the library default"
+        );
+    }
 
     #[test]
     fn statics_parse_by_index_or_name() {
