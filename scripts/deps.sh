@@ -23,6 +23,11 @@ have curl || need+=(curl)
 have tcpdump || need+=(tcpdump)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need+=(python3-scapy)
 have bird || need+=(bird2)  # BGP speaker: the VIP announcer (fp-control announce) and the scale-out tests' router
+# Operations tests: a real Prometheus scrapes a live balancer; systemd-analyze checks the unit;
+# setpriv (util-linux) runs the balancer with the unit's capability set.
+have prometheus || need+=(prometheus)
+have systemd-analyze || need+=(systemd)
+have setpriv || need+=(util-linux)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
