@@ -12,5 +12,6 @@ if ! cargo deb --version >/dev/null 2>&1; then
   echo "build-deb.sh: installing cargo-deb $CARGO_DEB_VERSION"
   cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked --quiet
 fi
-# Debug line tables stay out of the package; the binary keeps its symbol names for backtraces.
+# Stripped, as Debian installs binaries (no debug line tables or symbol table; a panic still prints
+# its message and location).
 cargo deb -p flowplane --locked --strip --no-separate-debug-symbols "$@"

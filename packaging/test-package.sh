@@ -31,6 +31,8 @@ for f in /usr/bin/flowplane /usr/lib/systemd/system/flowplane.service /etc/defau
          /usr/share/doc/flowplane/operations.md; do
   [ -e "$f" ] || fail "$f missing from the package"
 done
+[ "$(stat -c %a /etc/flowplane/flowplane.toml)" = 600 ] \
+  || fail "/etc/flowplane/flowplane.toml is readable by others (it holds the hash seed)"
 dpkg-query -W -f='${Conffiles}\n' flowplane | grep -q /etc/flowplane/flowplane.toml \
   || fail "/etc/flowplane/flowplane.toml is not a conffile (an upgrade would overwrite edits)"
 

@@ -93,6 +93,7 @@ fn snapshots(capacity: usize) -> Result<Arc<Published<Snapshot>>> {
         r#"
         [balancer]
         address = "10.0.0.2"
+        seed = 1
         conn_table_capacity = {capacity}
         conn_table_capacity_v6 = 1024
         conn_idle_timeout_ms = 3600000

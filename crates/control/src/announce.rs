@@ -669,16 +669,31 @@ fn check_dir(dir: &Path) -> Result<(), AnnounceError> {
     Ok(())
 }
 
-/// Default state directory: `$TMPDIR/flowplane-bgp-<pid>`.
+/// Where default state directories go: the service's runtime directory when systemd gave one
+/// (`RuntimeDirectory=` sets `$RUNTIME_DIRECTORY`; the first of a colon-separated list), where the
+/// host can reach BIRD's socket and which the unit's `ProtectSystem=strict` leaves writable; else
+/// the temporary directory.
+fn default_base() -> PathBuf {
+    base_from(std::env::var("RUNTIME_DIRECTORY").ok().as_deref())
+}
+
+fn base_from(runtime_directory: Option<&str>) -> PathBuf {
+    match runtime_directory.and_then(|v| v.split(':').next()) {
+        Some(d) if d.starts_with('/') => PathBuf::from(d),
+        _ => std::env::temp_dir(),
+    }
+}
+
+/// Default state directory: `<base>/flowplane-bgp-<pid>` (see [`default_base`]).
 fn default_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("flowplane-bgp-{}", std::process::id()))
+    default_base().join(format!("flowplane-bgp-{}", std::process::id()))
 }
 
 /// Remove default state directories of processes that are gone (a balancer killed with
 /// `SIGKILL` runs no destructor; its BIRD died with it). Only `flowplane-bgp-<pid>` directories
-/// in the temporary directory whose pid does not exist and whose socket does not answer.
+/// in the default base whose pid does not exist and whose socket does not answer.
 fn sweep_stale_default_dirs() {
-    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+    let Ok(entries) = fs::read_dir(default_base()) else {
         return;
     };
     for e in entries.flatten() {
@@ -730,7 +745,8 @@ impl std::fmt::Debug for Announcer {
 
 impl Announcer {
     /// Start BIRD 2 with a generated configuration (see the module docs) announcing nothing yet,
-    /// its files and control socket in `spec.state_dir` (default `$TMPDIR/flowplane-bgp-<pid>`),
+    /// its files and control socket in `spec.state_dir` (default `$RUNTIME_DIRECTORY/flowplane-bgp-<pid>` under systemd, else
+    /// `$TMPDIR/flowplane-bgp-<pid>`),
     /// and wait until its control socket answers. BIRD is killed by the kernel if the process
     /// dies. The BGP session comes up in the background ([`session_state`](Self::session_state)).
     pub fn start(spec: &BgpSpec) -> Result<Announcer, AnnounceError> {
@@ -1067,6 +1083,17 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn state_dirs_go_to_the_service_runtime_directory() {
+        assert_eq!(
+            base_from(Some("/run/flowplane")),
+            Path::new("/run/flowplane")
+        );
+        assert_eq!(base_from(Some("/run/a:/run/b")), Path::new("/run/a"));
+        assert_eq!(base_from(Some("")), std::env::temp_dir());
+        assert_eq!(base_from(None), std::env::temp_dir());
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //! after checking that every worker thread is alive, so a dead worker or a stuck control loop
 //! gets the service restarted, not only a dead process.
 //!
-//! Without `NOTIFY_SOCKET` (run by hand, in a container) every call is a no-op. Sending never
-//! blocks the caller for long and a failure is reported once, not on every call.
+//! Without `NOTIFY_SOCKET` (run by hand, in a container) every call is a no-op, and so is every
+//! call when it names a kind of socket this module does not speak (systemd 253's `vsock:`): a
+//! warning says so once. Sending never blocks (the socket is non-blocking; a full queue loses the
+//! message) and a failure is reported once, not on every call.
 
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -54,12 +56,22 @@ fn watchdog_from(usec: Option<&str>, pid: Option<&str>) -> Option<Duration> {
 
 impl Notifier {
     /// From the environment systemd sets (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, `WATCHDOG_PID`).
-    /// An unusable `NOTIFY_SOCKET` is an error: a unit that waits for readiness would otherwise
-    /// time out with no hint why.
+    /// A socket that cannot be created is an error; an address of a kind this module does not
+    /// speak is a warning on standard error, and nothing is sent.
     pub fn from_env() -> io::Result<Notifier> {
         let var = |k: &str| std::env::var(k).ok();
         let target = match var("NOTIFY_SOCKET").filter(|s| !s.is_empty()) {
-            Some(s) => Some((UnixDatagram::unbound()?, address(&s)?)),
+            Some(s) => match address(&s) {
+                Ok(a) => {
+                    let sock = UnixDatagram::unbound()?;
+                    sock.set_nonblocking(true)?;
+                    Some((sock, a))
+                }
+                Err(e) => {
+                    eprintln!("flowplane: not notifying the service manager: {e}");
+                    None
+                }
+            },
             None => None,
         };
         let watchdog = match &target {
@@ -122,9 +134,19 @@ impl Notifier {
         self.send(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
     }
 
-    /// Shutdown begins.
-    pub fn stopping(&mut self) {
-        self.send("STOPPING=1\nSTATUS=stopping");
+    /// Shutdown begins and should take about `expect` (a drain): systemd's stop timeout is
+    /// extended by that much plus ten seconds, so a long drain is not cut short.
+    pub fn stopping(&mut self, expect: Option<Duration>) {
+        match expect {
+            Some(d) => {
+                let usec = (d + Duration::from_secs(10)).as_micros();
+                self.send(&format!(
+                    "STOPPING=1\nEXTEND_TIMEOUT_USEC={usec}\nSTATUS=stopping (draining for {} ms)",
+                    d.as_millis()
+                ))
+            }
+            None => self.send("STOPPING=1\nSTATUS=stopping"),
+        }
     }
 
     /// A free-form status line (`systemctl status` shows it).
@@ -172,10 +194,19 @@ mod tests {
         assert_eq!(watchdog_from(None, None), None);
     }
 
+    /// A directory removed when the test ends, also when it fails.
+    struct TempDir(std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn messages_arrive_on_the_socket() {
         let dir = std::env::temp_dir().join(format!("fp-notify-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let _guard = TempDir(dir.clone());
         let path = dir.join("notify.sock");
         let _ = std::fs::remove_file(&path);
         let server = UnixDatagram::bind(&path).unwrap();
@@ -204,16 +235,45 @@ mod tests {
         n.watchdog(false);
         n.watchdog(true);
         n.watchdog(true); // within half the interval: not sent again
-        n.stopping();
+        n.stopping(None);
         assert_eq!(next(), "WATCHDOG=1");
         assert_eq!(next(), "STOPPING=1\nSTATUS=stopping");
-        std::fs::remove_dir_all(&dir).unwrap();
+        n.stopping(Some(Duration::from_millis(1500)));
+        assert_eq!(
+            next(),
+            "STOPPING=1\nEXTEND_TIMEOUT_USEC=11500000\nSTATUS=stopping (draining for 1500 ms)"
+        );
     }
 
     #[test]
-    fn abstract_and_bad_addresses() {
-        assert!(address("@fp-test").is_ok());
+    fn abstract_socket_addresses_work() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("fp-notify-test-{}", std::process::id());
+        let server =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+                .unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut n = Notifier {
+            target: Some((
+                UnixDatagram::unbound().unwrap(),
+                address(&format!("@{name}")).unwrap(),
+            )),
+            watchdog: None,
+            last_ping: None,
+            failed: false,
+        };
+        n.status("up");
+        let mut buf = [0u8; 64];
+        let k = server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..k], b"STATUS=up");
+    }
+
+    #[test]
+    fn unknown_addresses_are_refused() {
         assert!(address("relative").is_err());
+        assert!(address("vsock:2:1234").is_err());
         assert!(!Notifier::disabled().enabled());
     }
 }

@@ -45,10 +45,27 @@ fn run_check(config: &Path) -> Result<std::process::Output> {
         .context("running flowplane check")
 }
 
+/// A directory of this test process, removed when the test ends (also when it fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Result<TempDir> {
+        let d = std::env::temp_dir().join(format!("fp-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d)?;
+        Ok(TempDir(d))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn check_prints_the_plan_and_names_the_bad_field() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("fp-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let tmp = TempDir::new("check")?;
+    let dir = &tmp.0;
     let demo = repo_file("configs/demo.toml");
     let out = run_check(&demo)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -93,7 +110,6 @@ fn check_prints_the_plan_and_names_the_bad_field() -> Result<()> {
         );
         ensure!(!stderr.contains("backtrace"), "{stderr}");
     }
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
@@ -135,12 +151,13 @@ fn unit_file_verifies_and_reloads_through_the_check() -> Result<()> {
     ensure!(
         reload.len() == 2
             && reload[0].contains("flowplane check")
+            && reload[0].contains("--driver ${FLOWPLANE_DRIVER}")
             && reload[1].ends_with("kill -HUP $MAINPID"),
-        "ExecReload must check the file, then signal: {reload:?}"
+        "ExecReload must check the file for the driver in use, then signal: {reload:?}"
     );
     // systemd's own parser, with the binary path pointed at this build.
-    let dir = std::env::temp_dir().join(format!("fp-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let tmp = TempDir::new("unit")?;
+    let dir = &tmp.0;
     let unit = std::fs::read_to_string(repo_file("packaging/flowplane.service"))?
         .replace("/usr/bin/flowplane", BIN);
     let path = dir.join("flowplane.service");
@@ -161,7 +178,22 @@ fn unit_file_verifies_and_reloads_through_the_check() -> Result<()> {
         out.status.success() && complaints.is_empty(),
         "systemd-analyze verify: {msgs}"
     );
-    std::fs::remove_dir_all(&dir)?;
+    // systemd's own rating of the hardening ("OK" is below 5; 10 is an unconfined service).
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(&path)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let level: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.split("Overall exposure level for flowplane.service:")
+                .nth(1)
+        })
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no exposure level in systemd-analyze security: {text}"))?;
+    ensure!(level < 5.0, "exposure level {level}:\n{text}");
     Ok(())
 }
 
@@ -360,6 +392,11 @@ fn systemd_notifications_under_the_units_capabilities() -> Result<()> {
     let fp = start_hardened(&lab, &m0.path, &["net_raw"], "af_packet")?;
     let st = fp.wait(Duration::from_secs(30))?;
     ensure!(!st.success(), "started without CAP_NET_RAW: {}", fp.log());
+    ensure!(
+        fp.log().contains("Operation not permitted"),
+        "failed for another reason than the missing capability: {}",
+        fp.log()
+    );
     ensure!(
         !m0.messages().iter().any(|(_, m)| m.starts_with("READY=1")),
         "READY=1 without a data path"

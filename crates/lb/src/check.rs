@@ -71,7 +71,8 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
             SeedOrigin::Configured =>
                 "from the file (digests below match every balancer with the same file)",
             SeedOrigin::Random =>
-                "not set: a secret random seed per start (digests below are for this check only)",
+                "not set: a secret random seed per start (digests below are for this check \
+                 only; a restart moves connections to other backends: set one to keep them)",
         }
     );
     let _ = writeln!(

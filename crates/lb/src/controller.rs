@@ -345,6 +345,15 @@ impl Balancer {
     /// anything.
     pub fn prepare_reload(&self, text: Result<String, String>) -> Result<Reload, String> {
         let mut cfg = LbConfig::from_toml(&text?).map_err(|e| e.to_string())?;
+        if self.config.balancer.seed_origin == SeedOrigin::Random
+            && cfg.balancer.seed_origin == SeedOrigin::Configured
+        {
+            return Err(
+                "balancer.seed: the balancer runs on a random seed drawn when it started; \
+                 giving it one takes a restart"
+                    .into(),
+            );
+        }
         if cfg.balancer.seed_origin == SeedOrigin::Random {
             // A file without a seed keeps the one the workers hash with.
             cfg.balancer.seed = self.config.balancer.seed;
@@ -576,9 +585,18 @@ mod tests {
                 "a reload draws no new seed"
             );
         }
-        // Giving a seed that differs from the random one is a restart-time change.
+        // Giving a seed to a balancer running on a random one is a restart-time change.
         let e = b.prepare_reload(Ok(CFG.to_string())).unwrap_err();
-        assert!(e.starts_with("balancer.seed"), "{e}");
+        assert!(
+            e.starts_with("balancer.seed") && e.contains("random"),
+            "{e}"
+        );
+        // A balancer started with a seed keeps it when a reloaded file leaves it out.
+        let mut c = Balancer::new(cfg(CFG), None, true).unwrap();
+        let r = c.prepare_reload(Ok(text)).unwrap();
+        c.commit_reload(r, &[]);
+        let bal = &c.config().balancer;
+        assert_eq!((bal.seed, bal.seed_origin), (7, SeedOrigin::Configured));
     }
 
     #[test]

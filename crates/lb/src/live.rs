@@ -137,6 +137,9 @@ struct State {
     notify: Notifier,
     /// What `READY=1` says in its status line.
     ready_status: String,
+    /// Whether start-up is over (the first `READY=1` was sent): a reload before that (a
+    /// `POST /reload` while BIRD starts) must not tell systemd the service is ready.
+    ready: bool,
 }
 
 impl State {
@@ -189,13 +192,19 @@ impl State {
     /// Re-read the configuration file: validate, update the health monitor, commit. The service
     /// manager hears `RELOADING=1` before and `READY=1` after, whatever the outcome.
     fn reload(&mut self) -> Result<u64, String> {
-        self.notify.reloading();
+        if self.ready {
+            self.notify.reloading();
+        }
         let result = self.reload_file();
         let status = match &result {
             Ok(g) => format!("{}; configuration generation {g}", self.ready_status),
             Err(e) => format!("{}; last reload rejected: {e}", self.ready_status),
         };
-        self.notify.ready(&status);
+        if self.ready {
+            self.notify.ready(&status);
+        } else {
+            self.notify.status(&status);
+        }
         result
     }
 
@@ -451,6 +460,7 @@ pub fn run(o: &LiveOptions) -> Result<()> {
             interface: o.interface.clone(),
             notify,
             ready_status: format!("forwarding on {} with {n} worker(s)", o.interface),
+            ready: false,
         }),
         stats,
         ports: running.counters(),
@@ -490,6 +500,7 @@ pub fn run(o: &LiveOptions) -> Result<()> {
         let mut st = shared.lock();
         let status = st.ready_status.clone();
         st.notify.ready(&status);
+        st.ready = true;
     }
 
     let result = control_loop(&shared, &health_rx, &term, &hup, &running);
@@ -498,7 +509,11 @@ pub fn run(o: &LiveOptions) -> Result<()> {
     // to the other balancers, then stop. Not after a forwarder failure: nothing forwards then.
     let announcer = {
         let mut st = shared.lock();
-        st.notify.stopping();
+        let drain = match (&st.machine.config().bgp, &st.announcer) {
+            (Some(spec), Some(_)) if result.is_ok() => Some(Duration::from_millis(spec.drain_ms)),
+            _ => None,
+        };
+        st.notify.stopping(drain);
         let actions = st.machine.drain();
         st.apply(actions);
         st.announcer.take()

@@ -3,7 +3,7 @@
 //! hash, time taken from the packets, so a capture replays the same way however fast the machine
 //! is), with a report of rates, per-backend shares, connection-table hit rate and drops by reason.
 
-use crate::config::{LbConfig, VipMatch};
+use crate::config::{LbConfig, SeedOrigin, VipMatch};
 use crate::snapshot::{Builder, Published, Snapshot};
 use crate::stats::{Outcome, Totals, WorkerStats};
 use crate::worker::LbWorker;
@@ -41,11 +41,26 @@ pub struct DemoArgs {
     pub config: Option<PathBuf>,
 }
 
-/// Read and validate a configuration file.
+/// Read and validate a configuration file for an offline run.
 pub fn load(path: &Path) -> Result<LbConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    LbConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    LbConfig::from_toml(&text)
+        .map(repeatable)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The flow-hash seed of offline runs whose configuration gives none. A live balancer draws a
+/// secret one at each start (a known seed invites hash flooding); offline there is no one to
+/// flood, and a capture or a demo replayed twice should choose the same backends.
+pub const OFFLINE_SEED: u64 = 0x0ff1_1e5e_ed00;
+
+/// Give a configuration without `balancer.seed` the fixed offline seed.
+fn repeatable(mut cfg: LbConfig) -> LbConfig {
+    if cfg.balancer.seed_origin == SeedOrigin::Random {
+        cfg.balancer.seed = OFFLINE_SEED;
+    }
+    cfg
 }
 
 fn publish(cfg: LbConfig) -> Result<Arc<Published<Snapshot>>> {
@@ -145,9 +160,9 @@ pub fn run_capture(
 pub fn demo(a: DemoArgs) -> Result<()> {
     let cfg = match &a.config {
         Some(p) => load(p)?,
-        None => {
-            LbConfig::from_toml(DEMO_CONFIG).map_err(|e| anyhow::anyhow!("embedded config: {e}"))?
-        }
+        None => LbConfig::from_toml(DEMO_CONFIG)
+            .map(repeatable)
+            .map_err(|e| anyhow::anyhow!("embedded config: {e}"))?,
     };
     let Some(mix) = Mix::named(&a.mix, a.conns.max(1)) else {
         bail!("--mix {:?}: use one of {}", a.mix, Mix::NAMES.join(", "));

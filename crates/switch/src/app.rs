@@ -782,7 +782,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         a.ports.join(",")
     ));
     let result = control_loop(&shared, &term, &running, aging, &mut notify);
-    notify.stopping();
+    notify.stopping(None);
     log("shutting down");
     if let Some(s) = admin {
         s.shutdown();
