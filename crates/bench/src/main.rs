@@ -13,6 +13,11 @@
 //! `ratio` is ours / peer when higher is better (throughput) and peer / ours when lower is better
 //! (ns, bytes), so a ratio above 1 always means flowplane wins. `--quick` runs a reduced version that
 //! finishes within a minute on 2 cores; `--plots DIR` writes PNG plots.
+//!
+//! Every `--json` file starts with a provenance line (commit, command, date, machine; [`env`]),
+//! and every peer allocates on the same kind of pages as flowplane's tables: the binary runs with
+//! glibc's transparent-huge-page malloc and records the pages both sides got (`pages`,
+//! `peer_pages`).
 
 #![deny(unsafe_code)]
 
@@ -24,6 +29,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod env;
 mod fib;
 mod flowcache;
 mod flowstate;
@@ -86,7 +92,9 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
-    run(Cli::parse().which)
+    let cli = Cli::parse();
+    env::ensure_heap_pages()?;
+    run(cli.which)
 }
 
 fn run(cmd: BenchCmd) -> Result<()> {
@@ -256,7 +264,7 @@ pub struct Report {
 
 impl Report {
     pub fn new(bench: &'static str, opts: &CommonOpts) -> Result<Self> {
-        let json = match &opts.json {
+        let mut json = match &opts.json {
             Some(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
@@ -271,13 +279,21 @@ impl Report {
             }
             None => None,
         };
+        if let Some(j) = &mut json {
+            serde_json::to_writer(&mut *j, &env::provenance(bench))?;
+            j.write_all(b"\n")?;
+            j.flush()?;
+        }
         if let Some(dir) = &opts.plots {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         println!(
-            "# flowplane-bench {bench}{} (seed {:#x})",
+            "# flowplane-bench {bench}{} (seed {:#x}); commit {} ({}); heap pages for peers: {}",
             if opts.quick { " --quick" } else { "" },
-            opts.seed
+            opts.seed,
+            env!("FP_BENCH_COMMIT"),
+            env!("FP_BENCH_TREE"),
+            env::heap_pages()
         );
         Ok(Report {
             bench,

@@ -222,6 +222,7 @@ fn table1(a: &SetsepArgs, report: &mut Report, bits: &mut HashMap<u8, f64>) -> R
                     "tries_per_search",
                     st.tries as f64 / (st.groups.max(1) * v as u64) as f64,
                 )
+                .param("peer_pages", super::env::heap_pages())
                 .peer("sux-vfunc", sux_rate),
         )?;
         report.add(
@@ -363,6 +364,8 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
                     .param("keys", n)
                     .param("batch", b)
                     .param("threads", 1)
+                    .param("pages", st.pages.to_string())
+                    .param("peer_pages", super::env::heap_pages())
                     .peer("sux-vfunc", sux),
             )?;
         }

@@ -406,7 +406,13 @@ impl<D: Design, P: Policy> FlowCache<D, P> {
     /// A copy of this cache (table, policy state, generator, counters) in newly allocated memory:
     /// measure two things from one warm state.
     pub fn try_clone(&self) -> Result<Self, Error> {
-        let table = Table::new(self.table.n, PagePolicy::Auto)?;
+        // The copy lives on the same kind of pages as the original, so the two measure alike.
+        let pages = match self.table.words.pages() {
+            fp_mem::PageKind::HugeTlb => PagePolicy::Auto,
+            fp_mem::PageKind::Transparent => PagePolicy::Transparent,
+            fp_mem::PageKind::Normal | fp_mem::PageKind::Heap => PagePolicy::Normal,
+        };
+        let table = Table::new(self.table.n, pages)?;
         for (d, s) in table.words.iter().zip(self.table.words.iter()) {
             d.store(
                 s.load(std::sync::atomic::Ordering::Relaxed),

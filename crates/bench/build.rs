@@ -1,0 +1,37 @@
+//! Records which source the benchmark binary was built from (the commit, and whether tracked
+//! files differed from it), so every result file can say what code produced it.
+use std::path::Path;
+use std::process::Command;
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let state = match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(s) if s.is_empty() => "clean",
+        Some(_) => "modified",
+        None => "unknown",
+    };
+    println!("cargo:rustc-env=FP_BENCH_COMMIT={commit}");
+    println!("cargo:rustc-env=FP_BENCH_TREE={state}");
+    // Run again when HEAD moves, the index changes or any source file does.
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={dir}/index");
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={dir}/{r}");
+        }
+    }
+    for p in ["crates", "Cargo.lock", "Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+}

@@ -1,0 +1,186 @@
+//! What a result needs to be trusted: the memory every competitor runs on, and where the result
+//! came from.
+//!
+//! * **Equal pages for peers.** flowplane's tables map their memory themselves, on huge pages
+//!   where the system has them (`fp-mem`: explicit 2 MiB pages, else transparent huge pages). The
+//!   peers (hashbrown, dashmap, sux, std maps) allocate from the heap, which glibc backs with
+//!   4 KiB pages unless told otherwise — and on this kind of machine the page size alone moves
+//!   random-access throughput by 1.5-2x. So the benchmark binary runs with glibc's malloc
+//!   hugetlb tunable (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: glibc advises its mappings for
+//!   transparent huge pages), re-executing itself with it when it is not set. The pages the
+//!   heap really gets are measured at start ([`heap_pages`]) and written into every record that
+//!   has a table peer (`peer_pages`), next to ours (`pages`). `FLOWPLANE_BENCH_HEAP=4k` keeps the
+//!   plain heap, to measure the difference.
+//! * **Provenance.** [`provenance`] is the first line of every `--json` file: the commit the binary
+//!   was built from (and whether tracked files differed), the command line, the date and the
+//!   machine (CPU model, cores, memory, kernel, transparent-huge-page setting, reserved huge
+//!   pages). scripts/results.py builds the README's tables from these files.
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::sync::OnceLock;
+
+const TUNABLE: &str = "glibc.malloc.hugetlb=1";
+const HEAP_ENV: &str = "FLOWPLANE_BENCH_HEAP";
+
+/// Re-execute this process with glibc's huge-page malloc tunable unless it is already set or the
+/// plain heap was asked for. Returns only when no re-execution was needed.
+pub fn ensure_heap_pages() -> Result<()> {
+    if std::env::var(HEAP_ENV).is_ok_and(|v| v == "4k") {
+        return Ok(());
+    }
+    let tun = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if tun.split(':').any(|t| t == TUNABLE) {
+        return Ok(());
+    }
+    let new = if tun.is_empty() {
+        TUNABLE.to_string()
+    } else {
+        format!("{tun}:{TUNABLE}")
+    };
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe()?;
+    let e = std::process::Command::new(me)
+        .args(std::env::args_os().skip(1))
+        .env("GLIBC_TUNABLES", new)
+        .exec();
+    Err(anyhow::Error::new(e).context("re-executing with GLIBC_TUNABLES=glibc.malloc.hugetlb=1"))
+}
+
+/// `AnonHugePages` of this process, in bytes (`/proc/self/smaps_rollup`).
+pub fn anon_huge_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/smaps_rollup") else {
+        return 0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The pages the heap gives a large allocation, measured once: 64 MiB are allocated and written,
+/// and the growth of `AnonHugePages` says how much of it is on transparent huge pages. `"thp"` when
+/// most of it is, else `"4k"`.
+pub fn heap_pages() -> &'static str {
+    static PAGES: OnceLock<&'static str> = OnceLock::new();
+    PAGES.get_or_init(|| {
+        let before = anon_huge_bytes();
+        let len = 64 << 20;
+        let mut v = vec![0u8; len];
+        for i in (0..len).step_by(4096) {
+            v[i] = 1;
+        }
+        let after = anon_huge_bytes();
+        std::hint::black_box(&v);
+        if after.saturating_sub(before) >= len as u64 / 2 {
+            "thp"
+        } else {
+            "4k"
+        }
+    })
+}
+
+fn read(path: &str) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+/// The bracketed choice of a sysfs setting such as `always [madvise] never`.
+fn chosen(setting: &str) -> String {
+    setting
+        .split_whitespace()
+        .find(|w| w.starts_with('['))
+        .map_or_else(
+            || setting.trim().to_string(),
+            |w| w.trim_matches(['[', ']']).to_string(),
+        )
+}
+
+/// The machine, as a results file records it.
+pub fn machine() -> Value {
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        .unwrap_or_default();
+    let mem_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| (kb / 1024.0 / 1024.0 * 10.0).round() / 10.0);
+    json!({
+        "cpu": cpu,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "memory_gib": mem_gib,
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "thp": chosen(&read("/sys/kernel/mm/transparent_hugepage/enabled")),
+        "hugepages_2m_reserved": read("/proc/sys/vm/nr_hugepages").trim().parse::<u64>().unwrap_or(0),
+        "heap_pages": heap_pages(),
+    })
+}
+
+/// UTC now as `YYYY-MM-DDTHH:MM:SSZ` (civil date from the Unix day count).
+pub fn utc_now() -> String {
+    civil(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()) as i64,
+    )
+}
+
+fn civil(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The provenance line of a results file.
+pub fn provenance(bench: &str) -> Value {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    json!({
+        "bench": bench,
+        "provenance": {
+            "commit": env!("FP_BENCH_COMMIT"),
+            "tree": env!("FP_BENCH_TREE"),
+            "command": format!("flowplane-bench {}", args.join(" ")),
+            "date": utc_now(),
+            "machine": machine(),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), "1970-01-01T00:00:00Z");
+        assert_eq!(civil(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(civil(1_790_000_000), "2026-09-21T14:13:20Z");
+        assert_eq!(utc_now().len(), 20);
+        assert_eq!(chosen("always [madvise] never"), "madvise");
+        assert_eq!(chosen("2"), "2");
+    }
+}
