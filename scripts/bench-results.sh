@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run published benchmarks on the current code and store each run's records, with its provenance
+# (commit, command, date, machine), as docs/results/NAME.json; then regenerate the README's tables
+# from them (scripts/results.py). Builds the release binaries first. Holds the benchmark lock so no
+# other benchmark or build shares the cores.
+#   scripts/bench-results.sh lb live fib      # some
+#   scripts/bench-results.sh all              # every published benchmark (hours; the billion-entry
+#                                             # runs need about 20 GiB of memory)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A CMD=(
+  [lb]="lb"
+  [live]="live"
+  [switch-memory]="switch --quick --parts memory"
+  [switch-live-fib]="switch --parts live_fib --secs 3 --live-fib-sizes 4M"
+  [fib]="fib --plots docs/plots"
+  [flowstate]="flowstate --plots docs/plots"
+  [maglev]="maglev --plots docs/plots"
+  [setsep]="setsep --plots docs/plots"
+  [flowcache]="flowcache --plots docs/plots"
+  [switch-billion]="switch --parts memory --billion"
+  [switch-live]="switch --parts live"
+)
+ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-billion switch-live)
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 NAME... | all  (names: ${ORDER[*]})" >&2; exit 2; }
+[ "${names[0]}" = all ] && names=("${ORDER[@]}")
+for n in "${names[@]}"; do
+  [ -n "${CMD[$n]:-}" ] || { echo "$0: unknown benchmark $n (names: ${ORDER[*]})" >&2; exit 2; }
+done
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "$0: warning: tracked files differ from the commit; the results will say 'modified'" >&2
+fi
+
+cargo build --release --locked -p flowplane -p fp-bench
+mkdir -p docs/results docs/plots
+for n in "${names[@]}"; do
+  out="docs/results/$n.json"
+  echo "== $n: flowplane-bench ${CMD[$n]} --json $out"
+  rm -f "$out.tmp"
+  # shellcheck disable=SC2086
+  flock /tmp/flowplane-bench.lock target/release/flowplane-bench ${CMD[$n]} --json "$out.tmp"
+  mv "$out.tmp" "$out"
+done
+python3 scripts/results.py
