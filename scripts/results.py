@@ -103,7 +103,12 @@ def ratio(x):
 
 
 def size(n):
+    """A count as the benchmarks' options write it: powers of two as 1M = 2^20, decimal millions
+    as 1M = 10^6 where the count is one (the load balancer's connection counts)."""
     for unit, v in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= v and n % v == 0:
+            return f"{n // v}{unit}"
+    for unit, v in (("G", 10**9), ("M", 10**6), ("K", 10**3)):
         if n >= v and n % v == 0:
             return f"{n // v}{unit}"
     return str(n)
@@ -121,10 +126,11 @@ def source(run):
     """The line under a table that says where its figures come from."""
     p = run.provenance or {}
     m = p.get("machine", {})
+    command = p.get("command", "?").replace(".json.tmp", ".json")
     return (
-        f"`{p.get('command', '?')}` — docs/results/{run.path.name} ({p.get('date', '?')[:16].replace('T', ' ')} UTC; "
+        f"`{command}` — docs/results/{run.path.name} ({p.get('date', '?')[:16].replace('T', ' ')} UTC; "
         f"{m.get('cpus', '?')} CPUs, Linux {m.get('kernel', '?')}, THP {m.get('thp', '?')}, "
-        f"{m.get('hugepages_2m_reserved', 0)} huge pages reserved, peers' heap on {m.get('heap_pages', '?')} pages)."
+        f"{m.get('hugepages_2m_reserved', 0)} huge pages reserved, heap on {m.get('heap_pages', '?')} pages)."
     )
 
 
@@ -251,6 +257,21 @@ def t_fib(runs):
     )
 
 
+def t_switch_live_fib(runs):
+    r = runs["switch-live-fib"]
+    rows = []
+    for x in r.find("live_fib_forward_per_core"):
+        p = x["params"]
+        c = r.find("live_fib_cpu_per_frame", entries=p["entries"], via=p["via"])
+        cpu = f"{num(c[0]['value'])} / {num(c[0]['peer_value'])} ns, {ratio(c[0].get('ratio'))}" if c else ""
+        rows.append([size(p["entries"]), p["via"], num(x["value"]), num(x["peer_value"]), ratio(x.get("ratio")), cpu, p.get("pages", "")])
+    return table(
+        ["FIB entries", "driver", "switch kpps per core", "no-lookup kpps per core", "ratio", "CPU/frame at a fixed rate (switch / no-lookup), ratio", "FIB pages"],
+        rows,
+        ["---:", "---", "---:", "---:", "---:", "---:", "---"],
+    ) + "\n\n" + source(r)
+
+
 def t_flowstate(runs):
     r = runs["flowstate"]
     rows = []
@@ -295,6 +316,7 @@ TABLES = {
     "lb": t_lb,
     "live": t_live,
     "switch-memory": t_switch_memory,
+    "switch-live-fib": t_switch_live_fib,
     "fib": t_fib,
     "flowstate": t_flowstate,
     "maglev": t_records("maglev", ["balance_spread", "disruption", "populate"], keys={"backends", "size", "failed_pct", "m", "trials"}),
@@ -329,7 +351,7 @@ def render_index(runs):
         rows.append(
             [
                 f"{name}.json",
-                f"`{p.get('command', '?')}`",
+                f"`{p.get('command', '?').replace('.json.tmp', '.json')}`",
                 p.get("date", "?"),
                 f"{p.get('commit', '?')[:12]}" + ("" if p.get("tree") == "clean" else f" ({p.get('tree', '?')})"),
                 f"{m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {m.get('memory_gib', '?')} GiB, Linux {m.get('kernel', '?')}, THP {m.get('thp', '?')}, "
@@ -403,7 +425,7 @@ def check(runs):
     section = re.sub(r"```.*?```", "", section, flags=re.S)  # commands
     section = re.sub(r"`[^`]*`", "", section)  # inline code: options, sizes
     known = known_numbers(runs)
-    for m in re.finditer(r"(?<![\w.])(\d+\.\d+)(?![\w.])", section):
+    for m in re.finditer(r"(?<![\w.§])(\d+\.\d+)(?![\w.])", section):
         if m.group(1) not in known:
             line = section[: m.start()].count("\n")
             ctx = section.splitlines()[line].strip()
