@@ -1,5 +1,6 @@
-//! Records which source the benchmark binary was built from (the commit, and whether tracked
-//! files differed from it), so every result file can say what code produced it.
+//! Records which source the benchmark binary was built from (the commit, and whether the tracked
+//! sources — crates/, Cargo.toml, Cargo.lock — differed from it), so every result file can say what
+//! code produced it.
 use std::path::Path;
 use std::process::Command;
 
@@ -16,7 +17,16 @@ fn main() {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let state = match git(&["status", "--porcelain", "--untracked-files=no"]) {
+    // Only what the binary is built from counts (stored results and docs change with every run).
+    let state = match git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "crates",
+        "Cargo.toml",
+        "Cargo.lock",
+    ]) {
         Some(s) if s.is_empty() => "clean",
         Some(_) => "modified",
         None => "unknown",
