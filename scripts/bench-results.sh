@@ -30,8 +30,8 @@ names=("$@")
 for n in "${names[@]}"; do
   [ -n "${CMD[$n]:-}" ] || { echo "$0: unknown benchmark $n (names: ${ORDER[*]})" >&2; exit 2; }
 done
-if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
-  echo "$0: warning: tracked files differ from the commit; the results will say 'modified'" >&2
+if [ -n "$(git status --porcelain --untracked-files=no -- crates Cargo.toml Cargo.lock)" ]; then
+  echo "$0: warning: sources differ from the commit; the results will say 'modified'" >&2
 fi
 
 cargo build --release --locked -p flowplane -p fp-bench

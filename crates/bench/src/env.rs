@@ -7,10 +7,11 @@
 //!   4 KiB pages unless told otherwise — and on this kind of machine the page size alone moves
 //!   random-access throughput by 1.5-2x. So the benchmark binary runs with glibc's malloc
 //!   hugetlb tunable (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: glibc advises its mappings for
-//!   transparent huge pages), re-executing itself with it when it is not set. The pages the
-//!   heap really gets are measured at start ([`heap_pages`]) and written into every record that
-//!   has a table peer (`peer_pages`), next to ours (`pages`). `FLOWPLANE_BENCH_HEAP=4k` keeps the
-//!   plain heap, to measure the difference.
+//!   transparent huge pages), re-executing itself with it when it is not set. Transparent huge
+//!   pages are only granted where free memory is not fragmented, so the benchmarks compact memory
+//!   before building each table ([`compact_memory`]) and measure the pages each table really got
+//!   ([`measure_pages`]: `2M`, `4K` or a share), which records carry as `pages` (ours) and
+//!   `peer_pages`. `FLOWPLANE_BENCH_HEAP=4k` keeps the plain heap, to measure the difference.
 //! * **Provenance.** [`provenance`] is the first line of every `--json` file: the commit the binary
 //!   was built from (and whether tracked files differed), the command line, the date and the
 //!   machine (CPU model, cores, memory, kernel, transparent-huge-page setting, reserved huge
@@ -48,16 +49,54 @@ pub fn ensure_heap_pages() -> Result<()> {
     Err(anyhow::Error::new(e).context("re-executing with GLIBC_TUNABLES=glibc.malloc.hugetlb=1"))
 }
 
-/// `AnonHugePages` of this process, in bytes (`/proc/self/smaps_rollup`).
-pub fn anon_huge_bytes() -> u64 {
+/// A field of `/proc/self/smaps_rollup`, in bytes.
+fn rollup(field: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string("/proc/self/smaps_rollup") else {
         return 0;
     };
     s.lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|r| r.split_whitespace().next())
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|r| r.trim_start_matches(':').split_whitespace().next())
         .and_then(|kb| kb.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// Bytes of this process on 2 MiB pages: transparent (`AnonHugePages`) and explicit
+/// (`Private_Hugetlb`).
+pub fn anon_huge_bytes() -> u64 {
+    rollup("AnonHugePages") + rollup("Private_Hugetlb")
+}
+
+/// Ask the kernel to compact free memory (root only; otherwise nothing happens). Transparent huge
+/// pages are granted at fault time only where 2 MiB of contiguous free memory exists; on a machine
+/// that has been running builds, free memory is fragmented and a large allocation may get 4 KiB
+/// pages for most of it, whoever makes it. Compacting before each table is built gives every
+/// competitor the same chance, and [`measure_pages`] records what each really got.
+pub fn compact_memory() {
+    // Clean page cache first (it can be re-read), so compaction has room to move pages to.
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
+    let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+}
+
+/// Build something large and report the pages it got: (the value, a label: `"2M"` when at least
+/// 90 % of the memory it touched is on 2 MiB pages, `"4K"` when at most 10 %, else
+/// `"2M for N %"`). Compacts memory first.
+pub fn measure_pages<T>(build: impl FnOnce() -> T) -> (T, String) {
+    compact_memory();
+    let (rss0, huge0) = (rollup("Rss"), anon_huge_bytes());
+    let mut v = build();
+    std::hint::black_box(&mut v);
+    let (rss1, huge1) = (rollup("Rss"), anon_huge_bytes());
+    let touched = rss1.saturating_sub(rss0).max(1) as f64;
+    let share = huge1.saturating_sub(huge0) as f64 / touched;
+    let label = if share >= 0.9 {
+        "2M".to_string()
+    } else if share <= 0.1 {
+        "4K".to_string()
+    } else {
+        format!("2M for {:.0} %", share * 100.0)
+    };
+    (v, label)
 }
 
 /// The pages the heap gives a large allocation, measured once: 64 MiB are allocated and written,
@@ -66,18 +105,20 @@ pub fn anon_huge_bytes() -> u64 {
 pub fn heap_pages() -> &'static str {
     static PAGES: OnceLock<&'static str> = OnceLock::new();
     PAGES.get_or_init(|| {
+        compact_memory();
         let before = anon_huge_bytes();
         let len = 64 << 20;
         let mut v = vec![0u8; len];
         for i in (0..len).step_by(4096) {
             v[i] = 1;
         }
+        // The writes must have happened before the second reading (no sinking past it).
+        std::hint::black_box(&mut v);
         let after = anon_huge_bytes();
-        std::hint::black_box(&v);
         if after.saturating_sub(before) >= len as u64 / 2 {
             "thp"
         } else {
-            "4k"
+            "4k (no 2 MiB pages free at start)"
         }
     })
 }

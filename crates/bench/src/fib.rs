@@ -308,6 +308,12 @@ fn build_ours(ctx: &Ctx, n: u64, pages: PagePolicy) -> Result<(fp_cuckoo::Compac
     Ok((w, n as f64 / t.elapsed().as_secs_f64() / 1e6))
 }
 
+/// `build` with [`super::env::measure_pages`], for builds that can fail.
+fn measured<T>(build: impl FnOnce() -> Result<T>) -> Result<(T, String)> {
+    let (r, pages) = super::env::measure_pages(build);
+    Ok((r?, pages))
+}
+
 fn build_hashbrown(ctx: &Ctx, n: u64) -> (HbMap<u64>, f64) {
     let mut m = HbMap::with_capacity(n as usize);
     let t = Instant::now();
@@ -353,10 +359,6 @@ impl LineArray {
             l[7].store(i as u64, Ordering::Relaxed);
         }
         Ok(LineArray { lines, cycle })
-    }
-
-    fn pages(&self) -> String {
-        self.lines.pages().to_string()
     }
 }
 
@@ -427,11 +429,10 @@ fn size_cases(
     };
 
     // flowplane on huge pages (Auto policy).
-    let (w, ins_ours) = build_ours(ctx, n, PagePolicy::Auto)?;
+    let ((w, ins_ours), pages) = measured(|| build_ours(ctx, n, PagePolicy::Auto))?;
     let r = w.reader();
     let st = r.stats();
     rep.note(&format!("{sz}: {st}"));
-    let pages = st.pages.to_string();
     let ours_t = |t: usize| {
         measure(
             ctx.dur,
@@ -450,8 +451,8 @@ fn size_cases(
 
     let (mut hb_ins, mut dm_ins) = (None, None);
     if peers_fit && (has("lookup") || has("insert")) {
-        let (m, ins) = build_hashbrown(ctx, n);
-        hb_ins = Some(ins);
+        let ((m, ins), hb_pages) = super::env::measure_pages(|| build_hashbrown(ctx, n));
+        hb_ins = Some((ins, hb_pages.clone()));
         if has("lookup") {
             for &t in threads {
                 let hb = || {
@@ -462,7 +463,7 @@ fn size_cases(
                 let v = contest(ctx, &[&|| ours_t(t), &hb])?;
                 rep.add(
                     base(v[0], t)
-                        .param("peer_pages", super::env::heap_pages())
+                        .param("peer_pages", hb_pages.clone())
                         .peer("hashbrown", v[1]),
                 )?;
                 add_pt(format!("flowplane {t}T"), n as f64, v[0]);
@@ -470,8 +471,8 @@ fn size_cases(
             }
         }
         drop(m);
-        let (m, ins) = build_dashmap(ctx, n);
-        dm_ins = Some(ins);
+        let ((m, ins), dm_pages) = super::env::measure_pages(|| build_dashmap(ctx, n));
+        dm_ins = Some((ins, dm_pages.clone()));
         if has("lookup") {
             for &t in threads {
                 let dm = || {
@@ -482,7 +483,7 @@ fn size_cases(
                 let v = contest(ctx, &[&|| ours_t(t), &dm])?;
                 rep.add(
                     base(v[0], t)
-                        .param("peer_pages", super::env::heap_pages())
+                        .param("peer_pages", dm_pages.clone())
                         .peer("dashmap", v[1]),
                 )?;
                 add_pt(format!("dashmap {t}T"), n as f64, v[1]);
@@ -500,14 +501,16 @@ fn size_cases(
             .param("entries", n)
             .param("final_load", (st.load() * 1000.0).round() / 1000.0);
         match (hb_ins, dm_ins) {
-            (Some(hb), Some(dm)) => {
+            (Some((hb, hb_pages)), Some((dm, dm_pages))) => {
                 rep.add(
                     rec.clone()
-                        .param("peer_pages", super::env::heap_pages())
+                        .param("pages", pages.clone())
+                        .param("peer_pages", hb_pages)
                         .peer("hashbrown", hb),
                 )?;
                 rep.add(
-                    rec.param("peer_pages", super::env::heap_pages())
+                    rec.param("pages", pages.clone())
+                        .param("peer_pages", dm_pages)
                         .peer("dashmap", dm),
                 )?;
             }
@@ -520,7 +523,7 @@ fn size_cases(
         // access misses cache and TLB reach alike), and the 1G-entry table already takes 8.5 GiB.
         // It is written first (see LineArray) and measured two independent ways.
         let bytes = st.table_bytes.min(4 << 30);
-        let arr = LineArray::new(bytes, PagePolicy::Auto)?;
+        let (arr, arr_pages) = measured(|| LineArray::new(bytes, PagePolicy::Auto))?;
         let v = contest(
             ctx,
             &[
@@ -539,7 +542,7 @@ fn size_cases(
                 .param("random_lines_M_per_s", (v[0] * 10.0).round() / 10.0)
                 .param("chased_lines_M_per_s", (v[1] * 10.0).round() / 10.0)
                 .param("methods_ratio", (v[0] / v[1] * 100.0).round() / 100.0)
-                .param("pages", arr.pages()),
+                .param("pages", arr_pages),
         )?;
         rep.add(
             Record::higher("fraction_of_bound", 100.0 * v[2] / bound, "%")
@@ -605,9 +608,9 @@ fn batch_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
     let mut series = Vec::new();
     for &n in &pick {
         let keys = lookup_keys(ctx.seed, n, 1);
-        let (w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
+        let ((w, _), ours_pages) = measured(|| build_ours(ctx, n, PagePolicy::Auto))?;
         let r = w.reader();
-        let (m, _) = build_hashbrown(ctx, n);
+        let ((m, _), hb_pages) = super::env::measure_pages(|| build_hashbrown(ctx, n));
         let (keys, r) = (&keys, &r);
         let hb = || {
             measure(ctx.dur, keys, |c| {
@@ -632,8 +635,8 @@ fn batch_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
                     .param("entries", n)
                     .param("batch", b)
                     .param("threads", 1)
-                    .param("pages", r.stats().pages.to_string())
-                    .param("peer_pages", super::env::heap_pages())
+                    .param("pages", ours_pages.clone())
+                    .param("peer_pages", hb_pages.clone())
                     .peer("hashbrown", hbv),
             )?;
             pts.push((b as f64, val));
@@ -674,7 +677,7 @@ fn updates_case(ctx: &Ctx, rep: &mut Report) -> Result<()> {
     let mut dm_pts = Vec::new();
     for &rate in &rates {
         // flowplane: the writer moves entries along cuckoo paths at 95 % load.
-        let (mut w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
+        let ((mut w, _), ours_pages) = measured(|| build_ours(ctx, n, PagePolicy::Auto))?;
         let r = w.reader();
         let (ours, ours_rate) = with_writer(
             rate,
@@ -701,7 +704,7 @@ fn updates_case(ctx: &Ctx, rep: &mut Report) -> Result<()> {
         )?;
         drop(r);
         drop(w);
-        let (m, _) = build_dashmap(ctx, n);
+        let ((m, _), dm_pages) = super::env::measure_pages(|| build_dashmap(ctx, n));
         let (dm, dm_rate) = with_writer(
             rate,
             n,
@@ -729,7 +732,8 @@ fn updates_case(ctx: &Ctx, rep: &mut Report) -> Result<()> {
                 .param("achieved_updates_per_s", ours_rate.round())
                 .param("dashmap_achieved_updates_per_s", dm_rate.round())
                 .param("threads", "1 reader + 1 writer")
-                .param("peer_pages", super::env::heap_pages())
+                .param("pages", ours_pages.clone())
+                .param("peer_pages", dm_pages.clone())
                 .peer("dashmap", dm),
         )?;
         ours_pts.push((rate as f64, ours));

@@ -222,7 +222,6 @@ fn table1(a: &SetsepArgs, report: &mut Report, bits: &mut HashMap<u8, f64>) -> R
                     "tries_per_search",
                     st.tries as f64 / (st.groups.max(1) * v as u64) as f64,
                 )
-                .param("peer_pages", super::env::heap_pages())
                 .peer("sux-vfunc", sux_rate),
         )?;
         report.add(
@@ -327,11 +326,15 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
     for &n in &sizes {
         let (keys, vals) = keys_values(n, 2, a.common.seed ^ n as u64);
         let cfg = Config::new(2).threads(cores).seed(a.common.seed);
-        let (table, _) = fp_setsep::build(&cfg, &keys, &vals)?;
+        // Both built after compacting memory, with the pages each got measured (super::env).
+        let (built, ours_pages) =
+            super::env::measure_pages(|| fp_setsep::build(&cfg, &keys, &vals));
+        let (table, _) = built?;
         let probe: Vec<u64> = (0..lookups as u64)
             .map(|i| keys[(fp_hash::splitmix64(i ^ 0xF167) % n as u64) as usize])
             .collect();
-        let f = SuxVFunc::build(&keys, &vals, cores).map_err(|e| anyhow!(e))?;
+        let (f, sux_pages) = super::env::measure_pages(|| SuxVFunc::build(&keys, &vals, cores));
+        let f = f.map_err(|e| anyhow!(e))?;
         let st = table.stats();
         let sux_bits = f.bytes() as f64 * 8.0 / n as f64;
         drop(keys);
@@ -364,8 +367,8 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
                     .param("keys", n)
                     .param("batch", b)
                     .param("threads", 1)
-                    .param("pages", st.pages.to_string())
-                    .param("peer_pages", super::env::heap_pages())
+                    .param("pages", ours_pages.clone())
+                    .param("peer_pages", sux_pages.clone())
                     .peer("sux-vfunc", sux),
             )?;
         }
