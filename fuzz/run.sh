@@ -15,7 +15,7 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz/run.sh: installing cargo-fuzz"
-  cargo install cargo-fuzz --version 0.13.1 --locked --quiet
+  cargo install cargo-fuzz --version 0.13.2 --locked --quiet
 fi
 python3 seeds/make_seeds.py >/dev/null
 for t in summary etherparse_diff roundtrip checksum encap; do

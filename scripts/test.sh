@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # flowplane's whole test suite, exactly as CI runs it (.ci/run calls this script).
 #   formatting, clippy (warnings are errors), unit + property + stress tests of every crate,
-#   the loom model checks of the concurrency protocols, the end-to-end tests, and the Debian
-#   package (built, installed, run, removed).
+#   the loom model checks of the concurrency protocols, the end-to-end tests,
+#   the Debian package (built, installed, run, removed), and two documentation checks: README and
+#   docs speak of the product only, and every published benchmark figure is a stored result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,14 @@ scripts/deps.sh
 
 step "format"
 cargo fmt --all --check
+
+step "product text"
+# README, docs and comments describe the product, not how it was made (scripts/check-text.sh).
+scripts/check-text.sh
+
+step "stored results"
+# Every figure in the README's benchmark section comes from a stored run in docs/results/.
+python3 scripts/results.py --check
 
 step "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
