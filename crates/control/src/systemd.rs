@@ -202,6 +202,16 @@ mod tests {
         }
     }
 
+    /// A notifier sending to `addr` (as `NOTIFY_SOCKET` would name it).
+    fn notifier_to(addr: &str, watchdog: Option<Duration>) -> Notifier {
+        Notifier {
+            target: Some((UnixDatagram::unbound().unwrap(), address(addr).unwrap())),
+            watchdog,
+            last_ping: None,
+            failed: false,
+        }
+    }
+
     #[test]
     fn messages_arrive_on_the_socket() {
         let dir = std::env::temp_dir().join(format!("fp-notify-{}", std::process::id()));
@@ -213,15 +223,7 @@ mod tests {
         server
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        let mut n = Notifier {
-            target: Some((
-                UnixDatagram::unbound().unwrap(),
-                address(path.to_str().unwrap()).unwrap(),
-            )),
-            watchdog: Some(Duration::from_secs(3600)),
-            last_ping: None,
-            failed: false,
-        };
+        let mut n = notifier_to(path.to_str().unwrap(), Some(Duration::from_secs(3600)));
         let mut buf = [0u8; 512];
         let mut next = || {
             let k = server.recv(&mut buf).unwrap();
@@ -255,15 +257,7 @@ mod tests {
         server
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        let mut n = Notifier {
-            target: Some((
-                UnixDatagram::unbound().unwrap(),
-                address(&format!("@{name}")).unwrap(),
-            )),
-            watchdog: None,
-            last_ping: None,
-            failed: false,
-        };
+        let mut n = notifier_to(&format!("@{name}"), None);
         n.status("up");
         let mut buf = [0u8; 64];
         let k = server.recv(&mut buf).unwrap();
