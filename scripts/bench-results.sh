@@ -5,24 +5,29 @@
 # other benchmark or build shares the cores.
 #   scripts/bench-results.sh lb live fib      # some
 #   scripts/bench-results.sh all              # every published benchmark (hours; the billion-entry
-#                                             # runs need about 20 GiB of memory)
+#                                             # runs need about 20 GiB of memory, and root to
+#                                             # reserve huge pages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 declare -A CMD=(
   [lb]="lb"
   [live]="live"
-  [switch-memory]="switch --quick --parts memory"
-  [switch-live-fib]="switch --parts live_fib --secs 3 --live-fib-sizes 4M"
+  [switch-memory]="switch --parts memory --billion"
+  [switch-live-fib]="switch --parts live_fib --billion"
   [fib]="fib --plots docs/plots"
   [flowstate]="flowstate --plots docs/plots"
   [maglev]="maglev --plots docs/plots"
   [setsep]="setsep --plots docs/plots"
   [flowcache]="flowcache --plots docs/plots"
-  [switch-billion]="switch --parts memory --billion"
   [switch-live]="switch --parts live"
 )
-ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-billion switch-live)
+ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live)
+# Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released
+# after it; without them the tables fall back to transparent huge pages, which the records say).
+declare -A RESERVE=(
+  [switch-live-fib]=4500   # a 1G-entry FIB: 8.4 GiB
+)
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || { echo "usage: $0 NAME... | all  (names: ${ORDER[*]})" >&2; exit 2; }
@@ -40,8 +45,12 @@ for n in "${names[@]}"; do
   out="docs/results/$n.json"
   echo "== $n: flowplane-bench ${CMD[$n]} --json $out"
   rm -f "$out.tmp"
+  pages="${RESERVE[$n]:-0}"
+  [ "$pages" = 0 ] || echo "$pages" > /proc/sys/vm/nr_hugepages
   # shellcheck disable=SC2086
-  flock /tmp/flowplane-bench.lock target/release/flowplane-bench ${CMD[$n]} --json "$out.tmp"
+  flock /tmp/flowplane-bench.lock target/release/flowplane-bench ${CMD[$n]} --json "$out.tmp" \
+    || { [ "$pages" = 0 ] || echo 0 > /proc/sys/vm/nr_hugepages; exit 1; }
+  [ "$pages" = 0 ] || echo 0 > /proc/sys/vm/nr_hugepages
   mv "$out.tmp" "$out"
 done
 python3 scripts/results.py

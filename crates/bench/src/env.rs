@@ -5,9 +5,9 @@
 //!   where the system has them (`fp-mem`: explicit 2 MiB pages, else transparent huge pages). The
 //!   peers (hashbrown, dashmap, sux, std maps) allocate from the heap, which glibc backs with
 //!   4 KiB pages unless told otherwise — and on this kind of machine the page size alone moves
-//!   random-access throughput by 1.5-2x. So the benchmark binary runs with glibc's malloc
-//!   hugetlb tunable (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: glibc advises its mappings for
-//!   transparent huge pages), re-executing itself with it when it is not set. Transparent huge
+//!   random-access throughput by 1.5-2x. So the benchmark binary's global allocator
+//!   ([`crate::heap`]) puts every large allocation on its own mapping advised for transparent
+//!   huge pages. Transparent huge
 //!   pages are only granted where free memory is not fragmented, so the benchmarks compact memory
 //!   before building each table ([`compact_memory`]) and measure the pages each table really got
 //!   ([`measure_pages`]: `2M`, `4K` or a share), which records carry as `pages` (ours) and
@@ -17,36 +17,18 @@
 //!   machine (CPU model, cores, memory, kernel, transparent-huge-page setting, reserved huge
 //!   pages). scripts/results.py builds the README's tables from these files.
 
-use anyhow::Result;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::sync::OnceLock;
 
-const TUNABLE: &str = "glibc.malloc.hugetlb=1";
 const HEAP_ENV: &str = "FLOWPLANE_BENCH_HEAP";
 
-/// Re-execute this process with glibc's huge-page malloc tunable unless it is already set or the
-/// plain heap was asked for. Returns only when no re-execution was needed.
-pub fn ensure_heap_pages() -> Result<()> {
+/// Apply `FLOWPLANE_BENCH_HEAP=4k` (the plain heap for the peers, to measure what huge pages are
+/// worth); call before anything large is allocated.
+pub fn configure_heap() {
     if std::env::var(HEAP_ENV).is_ok_and(|v| v == "4k") {
-        return Ok(());
+        crate::heap::set_plain();
     }
-    let tun = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    if tun.split(':').any(|t| t == TUNABLE) {
-        return Ok(());
-    }
-    let new = if tun.is_empty() {
-        TUNABLE.to_string()
-    } else {
-        format!("{tun}:{TUNABLE}")
-    };
-    use std::os::unix::process::CommandExt;
-    let me = std::env::current_exe()?;
-    let e = std::process::Command::new(me)
-        .args(std::env::args_os().skip(1))
-        .env("GLIBC_TUNABLES", new)
-        .exec();
-    Err(anyhow::Error::new(e).context("re-executing with GLIBC_TUNABLES=glibc.malloc.hugetlb=1"))
 }
 
 /// A field of `/proc/self/smaps_rollup`, in bytes.
@@ -117,6 +99,8 @@ pub fn heap_pages() -> &'static str {
         let after = anon_huge_bytes();
         if after.saturating_sub(before) >= len as u64 / 2 {
             "thp"
+        } else if !crate::heap::huge() {
+            "4k (FLOWPLANE_BENCH_HEAP=4k)"
         } else {
             "4k (no 2 MiB pages free at start)"
         }

@@ -3,7 +3,7 @@
 //! This binary is separate from the shipped `flowplane` so that the peers (hashbrown, dashmap, sux's
 //! VFunc), the plotting library and the namespace test harness are linked here only. Every benchmark
 //! prints a human table as it goes and, with `--json FILE`, writes one JSON object per measurement
-//! (docs/benchmarks.md describes the records):
+//! (docs/architecture.md, "How to add", describes the records):
 //!
 //! ```text
 //! {"bench":"fib","case":"lookup_batched","params":{"entries":67108864,...},"value":41.7,"unit":"Mops",
@@ -15,9 +15,9 @@
 //! finishes within a minute on 2 cores; `--plots DIR` writes PNG plots.
 //!
 //! Every `--json` file starts with a provenance line (commit, command, date, machine; [`env`]),
-//! and every peer allocates on the same kind of pages as flowplane's tables: the binary runs with
-//! glibc's transparent-huge-page malloc and records the pages both sides got (`pages`,
-//! `peer_pages`).
+//! and every peer allocates on the same kind of pages as flowplane's tables: the binary's global
+//! allocator puts large blocks on transparent huge pages ([`heap`]), and records carry the pages
+//! both sides got (`pages`, `peer_pages`).
 
 #![deny(unsafe_code)]
 
@@ -33,12 +33,17 @@ mod env;
 mod fib;
 mod flowcache;
 mod flowstate;
+mod heap;
 mod lb;
 mod live;
 mod maglev;
 mod plot;
 mod setsep;
 mod switch;
+
+/// Large heap allocations on transparent huge pages, so peers run on the same pages as flowplane.
+#[global_allocator]
+static HEAP: heap::HugeHeap = heap::HugeHeap;
 
 /// Options every benchmark accepts.
 #[derive(Args, Clone, Debug, Default)]
@@ -93,7 +98,7 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    env::ensure_heap_pages()?;
+    env::configure_heap();
     run(cli.which)
 }
 
