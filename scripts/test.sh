@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # flowplane's whole test suite, exactly as CI runs it (.ci/run calls this script).
 #   formatting, clippy (warnings are errors), unit + property + stress tests of every crate,
-#   the loom model checks of the concurrency protocols, the end-to-end tests,
+#   the loom model checks of the concurrency protocols, the end-to-end tests, the fuzz targets,
 #   the Debian package (built, installed, run, removed), and two documentation checks: README and
 #   docs speak of the product only, and every published benchmark figure is a stored result.
 set -euo pipefail
@@ -35,6 +35,11 @@ LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-cuckoo --test loom_version
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-setsep --test loom_update
+
+step "fuzzing"
+# The five fp-wire fuzz targets, 20 s each from the stored seeds; any crash, leak, timeout or
+# out-of-memory input fails the suite (fuzz/run.sh installs nightly and cargo-fuzz when missing).
+fuzz/run.sh 20
 
 step "debian package"
 # Built with cargo-deb, installed with apt as on a fresh machine, the demo run from the installed
