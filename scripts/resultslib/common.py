@@ -111,3 +111,18 @@ def source(run):
         f"{m.get('cpus', '?')} CPUs, Linux {m.get('kernel', '?')}, THP {m.get('thp', '?')}, "
         f"{m.get('hugepages_2m_reserved', 0)} huge pages reserved, heap on {m.get('heap_pages', '?')} pages)."
     )
+
+
+def stored(runs, name):
+    """The stored run `name`, or a KeyError naming the file that is missing."""
+    if name not in runs:
+        raise KeyError(f"no stored run docs/results/{name}.json")
+    return runs[name]
+
+
+def join_and(items):
+    """"a", "a and b", "a, b and c"."""
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]

@@ -7,7 +7,7 @@ a KeyError naming it. Sentences that cite figures or draw a conclusion (met / no
 disagree, faster / slower) are computed here from the same records.
 """
 
-from .common import num, ratio, size, table, source  # noqa: F401
+from .common import stored, num, ratio, size, table, source  # noqa: F401
 
 RUN = "flowstate"
 
@@ -27,9 +27,7 @@ MAX_PASSES = 32
 
 
 def _run(runs):
-    if RUN not in runs:
-        raise KeyError(f"no stored run docs/results/{RUN}.json")
-    return runs[RUN]
+    return stored(runs, RUN)
 
 
 def _need(r, case, **params):

@@ -4,7 +4,7 @@ Every block reads docs/results/maglev.json (`flowplane-bench maglev`). Sizes, fa
 and methods are taken from the records, so a --quick run or a run with other --sizes renders too.
 """
 
-from .common import num, ratio, size, table, source  # noqa: F401
+from .common import stored, join_and, num, ratio, size, table, source  # noqa: F401
 
 # The paper's own figures (Eisenbud et al., NSDI 2016, §5.3), as crates/bench/src/maglev.rs
 # quotes them: overprovisioning (max share / average − 1, percent) for 1000 backends, and Maglev's
@@ -21,9 +21,7 @@ PEERS = (("karger", "Karger"), ("rendezvous", "rendezvous"))
 
 
 def _run(runs):
-    if "maglev" not in runs:
-        raise KeyError("no stored run maglev (docs/results/maglev.json)")
-    return runs["maglev"]
+    return stored(runs, "maglev")
 
 
 def _sizes(r, case):
@@ -56,11 +54,7 @@ def _over(share_max):
     return f"+{(share_max - 1) * 100:.1f} %"
 
 
-def _list(parts):
-    parts = list(parts)
-    if len(parts) <= 1:
-        return "".join(parts)
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
+_list = join_and
 
 
 def _signed(x):

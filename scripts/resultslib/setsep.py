@@ -10,7 +10,7 @@ import re
 from math import log2
 from statistics import median
 
-from .common import num, ratio, size, table, source
+from .common import stored, join_and, num, ratio, size, table, source
 
 RUN = "setsep"
 MIB = 1 << 20
@@ -21,9 +21,7 @@ MIB = 1 << 20
 
 
 def _run(runs):
-    if RUN not in runs:
-        raise KeyError(f"no stored run docs/results/{RUN}.json")
-    return runs[RUN]
+    return stored(runs, RUN)
 
 
 def _need(r, case, **params):
@@ -54,11 +52,7 @@ def _span(values, fmt=num):
     return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)} to {fmt(hi)}"
 
 
-def _list(items):
-    items = list(items)
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
+_list = join_and
 
 
 def _keys(n):
