@@ -64,13 +64,28 @@ pub fn compact_memory() {
 /// 90 % of the memory it touched is on 2 MiB pages, `"4K"` when at most 10 %, else
 /// `"2M for N %"`). Compacts memory first.
 pub fn measure_pages<T>(build: impl FnOnce() -> T) -> (T, String) {
+    measure(build, |_| None)
+}
+
+/// [`measure_pages`] for a structure that knows its own size: the share on 2 MiB pages is the
+/// growth of huge-page memory over `bytes(&value)` rather than over the process's whole growth,
+/// so the build's temporaries (freed, but kept by the system allocator) do not dilute it. For
+/// small structures and static functions whose builders allocate much more than they keep.
+pub fn measure_pages_of<T>(
+    build: impl FnOnce() -> T,
+    bytes: impl FnOnce(&T) -> usize,
+) -> (T, String) {
+    measure(build, |v| Some(bytes(v)))
+}
+
+fn measure<T>(build: impl FnOnce() -> T, bytes: impl FnOnce(&T) -> Option<usize>) -> (T, String) {
     compact_memory();
     let (rss0, huge0) = (rollup("Rss"), anon_huge_bytes());
     let mut v = build();
     std::hint::black_box(&mut v);
     let (rss1, huge1) = (rollup("Rss"), anon_huge_bytes());
-    let touched = rss1.saturating_sub(rss0).max(1) as f64;
-    let share = huge1.saturating_sub(huge0) as f64 / touched;
+    let size = bytes(&v).map_or_else(|| rss1.saturating_sub(rss0), |b| b as u64);
+    let share = huge1.saturating_sub(huge0) as f64 / size.max(1) as f64;
     let label = if share >= 0.9 {
         "2M".to_string()
     } else if share <= 0.1 {

@@ -2,9 +2,10 @@
 //! peers (hashbrown, dashmap, sux, std maps), which allocate from the heap, get the same page size
 //! as flowplane's tables, which map their own memory on huge pages.
 //!
-//! Every allocation of at least [`LARGE`] bytes is its own anonymous mapping, aligned to 2 MiB and
-//! advised with `madvise(MADV_HUGEPAGE)` (transparent huge pages are in `madvise` mode on common
-//! distributions, so nothing else would give them to the heap). Smaller ones go to the system
+//! Every allocation of at least [`LARGE`] bytes (1 MiB, where flowplane's own arrays leave the
+//! heap) is its own anonymous mapping, rounded up to and aligned on 2 MiB and advised with
+//! `madvise(MADV_HUGEPAGE)` (transparent huge pages are in `madvise` mode on common distributions,
+//! so nothing else would give them to the heap). Smaller ones go to the system
 //! allocator. Whether the kernel really grants 2 MiB pages depends on free memory not being
 //! fragmented, so the benchmarks compact memory before building a table and record what each
 //! table got (`env::measure_pages`).
@@ -23,8 +24,10 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Allocations of at least this many bytes get their own huge-page-advised mapping.
-pub const LARGE: usize = 2 << 20;
+/// Allocations of at least this many bytes get their own huge-page-advised mapping: the same limit
+/// at which `fp_mem::HugeArray` stops using the heap and maps (huge) pages, so a peer structure
+/// and one of flowplane's of the same size get the same pages (a unit test pins the two together).
+pub const LARGE: usize = 1 << 20;
 const HUGE: usize = 2 << 20;
 
 static PLAIN: AtomicBool = AtomicBool::new(false);
@@ -154,6 +157,19 @@ fn is_large(layout: Layout) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_means_what_fp_mem_maps() {
+        use fp_mem::{HugeArray, PageKind, PagePolicy};
+        let below: HugeArray<u8> = HugeArray::new(LARGE - 1, PagePolicy::Transparent).unwrap();
+        assert_eq!(
+            below.pages(),
+            PageKind::Heap,
+            "below LARGE both use the heap"
+        );
+        let at: HugeArray<u8> = HugeArray::new(LARGE, PagePolicy::Transparent).unwrap();
+        assert_ne!(at.pages(), PageKind::Heap, "from LARGE both map huge pages");
+    }
 
     #[test]
     fn large_blocks_are_aligned_zeroed_and_keep_contents_across_growth() {

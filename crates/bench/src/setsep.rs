@@ -326,14 +326,20 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
     for &n in &sizes {
         let (keys, vals) = keys_values(n, 2, a.common.seed ^ n as u64);
         let cfg = Config::new(2).threads(cores).seed(a.common.seed);
-        // Both built after compacting memory, with the pages each got measured (super::env).
-        let (built, ours_pages) =
-            super::env::measure_pages(|| fp_setsep::build(&cfg, &keys, &vals));
+        // Both built after compacting memory, with the pages each got measured against its own
+        // size (super::env): both sides leave the heap for (huge) pages from 1 MiB on.
+        let (built, ours_pages) = super::env::measure_pages_of(
+            || fp_setsep::build(&cfg, &keys, &vals),
+            |t| t.as_ref().map_or(0, |(t, _)| t.stats().bytes()),
+        );
         let (table, _) = built?;
         let probe: Vec<u64> = (0..lookups as u64)
             .map(|i| keys[(fp_hash::splitmix64(i ^ 0xF167) % n as u64) as usize])
             .collect();
-        let (f, sux_pages) = super::env::measure_pages(|| SuxVFunc::build(&keys, &vals, cores));
+        let (f, sux_pages) = super::env::measure_pages_of(
+            || SuxVFunc::build(&keys, &vals, cores),
+            |f| f.as_ref().map_or(0, |f| f.bytes()),
+        );
         let f = f.map_err(|e| anyhow!(e))?;
         let st = table.stats();
         let sux_bits = f.bytes() as f64 * 8.0 / n as f64;
@@ -357,7 +363,8 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
         report.add(
             Record::lower("lookup_table_bits_per_key", st.bits_per_key(), "bits")
                 .param("keys", n)
-                .param("pages", st.pages.to_string())
+                .param("pages", ours_pages.clone())
+                .param("peer_pages", sux_pages.clone())
                 .peer("sux-vfunc", sux_bits),
         )?;
         for (i, &b) in batches.iter().enumerate() {
