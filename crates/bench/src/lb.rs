@@ -9,9 +9,24 @@
 //! * `non_syn`: packets of established connections, uniformly over all tracked ones (a lookup);
 //! * `constant`: one 5-tuple (its entry stays in cache).
 //!
-//! with 1M and 10M connections already tracked. The peer is a parse-and-emit baseline measured in
-//! the same run on the same frames: copy in, parse, hand to the transmit burst, recycle (the
-//! paper's raw-I/O bound: everything but the load balancing). The ratio is ours / baseline.
+//! with 1M and 10M connections already tracked (each opened by a SYN and confirmed by its ACK). The
+//! peer is a parse-and-emit baseline measured in the same run on the same frames: copy in, parse,
+//! hand to the transmit burst, recycle (the paper's raw-I/O bound: everything but the load
+//! balancing). The ratio is ours / baseline.
+//!
+//! Then the SYN-flood guard, on a second worker whose table is full of established connections
+//! (as many as its bounded inserts could place, about 95 % of its slots), measured in the same
+//! alternated rounds as a fresh `syn` slice on the first worker (table with room):
+//!
+//! * `syn_table_full`: SYNs of new connections into the full table (balanced by Maglev without an
+//!   entry), against `syn` into the table with room (aim: at most 2× its cost per packet);
+//! * `insert_table_full_ns_per_packet`: first packets of new connections that are not SYNs (each
+//!   an insert the full table refuses after its bounded search), against `syn` into the table with
+//!   room (a SYN flood's entries would be evicted for them; established ones never are);
+//! * `established_during_flood_ns_per_packet`: packets of established connections inside a SYN
+//!   flood (bursts of half flood SYNs, half established packets; the cost of the SYNs, measured
+//!   alone in the same state, subtracted), against the same established packets without the flood
+//!   (aim: at most 1.2× their cost).
 
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
@@ -178,19 +193,21 @@ pub fn run(a: LbArgs) -> Result<()> {
     pin_to_cpu(0);
     rep.note("one worker, bursts of 32 frames of 54 bytes (TCP, no payload), pinned to CPU 0");
     for &n in &conns {
-        // Room for the tracked connections plus every SYN the rounds will insert.
-        let syn_total = rounds * per_round;
-        let capacity = n as usize + syn_total + syn_total / 4;
+        // Room for the tracked connections plus every SYN the rounds will insert (a slice per
+        // round of the `syn` case and of the flood comparison), below the guard's pressure mark.
+        let syn_total = 2 * rounds * per_round;
+        let capacity = n as usize + syn_total + syn_total / 2;
         let snaps = snapshots(capacity)?;
         let mut worker = LbWorker::new(0, snaps, a.common.seed)?;
         let mut pool = Pool::new(4 * MAX_BURST);
-        // Establish n connections (not measured).
+        // Establish n connections (not measured): SYNs, then their ACKs.
         let t0 = Instant::now();
-        let est = Frames::new((0..n).map(|i| craft::tcp(&flow(i), true)));
-        drive(&est, 0, n as usize, &mut pool, |rx, tx, pool| {
-            worker.process(rx, tx, pool, 1_000_000_000)
-        });
-        drop(est);
+        for syn in [true, false] {
+            let est = Frames::new((0..n).map(|i| craft::tcp(&flow(i), syn)));
+            drive(&est, 0, n as usize, &mut pool, |rx, tx, pool| {
+                worker.process(rx, tx, pool, 1_000_000_000)
+            });
+        }
         let (c4, _) = worker.connections();
         anyhow::ensure!(c4 as u64 == n, "only {c4} of {n} connections were recorded");
         rep.note(&format!(
@@ -252,6 +269,11 @@ pub fn run(a: LbArgs) -> Result<()> {
                     .peer("parse_emit_baseline", base_ns),
             )?;
         }
+        flood(&mut rep, n, rounds, per_round, &a.common, &|| {
+            let r = syn_round.get();
+            syn_round.set(r + 1);
+            run_ours(&syns, r * per_round)
+        })?;
         let w = worker.into_inner();
         let t = Totals::sum([&**w.stats()]);
         rep.note(&format!(
@@ -267,4 +289,127 @@ pub fn run(a: LbArgs) -> Result<()> {
         );
     }
     rep.finish()
+}
+
+/// The SYN-flood guard's cases (see the module doc): a worker whose table of `n` entries is full
+/// of established connections, against `syn_with_room` (a fresh `syn` slice on the worker with
+/// room), all in alternated rounds.
+fn flood(
+    rep: &mut Report,
+    n: u64,
+    rounds: usize,
+    per_round: usize,
+    common: &CommonOpts,
+    syn_with_room: &dyn Fn() -> f64,
+) -> Result<()> {
+    let snaps = snapshots(n as usize)?;
+    let mut full = LbWorker::new(0, snaps, common.seed ^ 1)?;
+    let mut pool = Pool::new(4 * MAX_BURST);
+    // Fill with established connections: packets that are not SYNs, each recorded as it
+    // misses, until the bounded inserts stop finding room.
+    let offer = n + n / 10;
+    let est = Frames::new((0..offer).map(|i| craft::tcp(&flow(i), false)));
+    drive(&est, 0, offer as usize, &mut pool, |rx, tx, pool| {
+        full.process(rx, tx, pool, 1_000_000_000)
+    });
+    drop(est);
+    let (tracked, slots) = (full.connections().0, full.connection_slots().0);
+    let fill = tracked as f64 / slots as f64;
+    anyhow::ensure!(
+        fill >= fp_lb::worker::PRESSURE,
+        "the flood table is not under pressure ({tracked} of {slots} slots)"
+    );
+    // Flood SYNs from addresses no connection uses (balanced without an entry, so the same
+    // frames serve every round), established packets of random tracked connections, and the
+    // two interleaved burst by burst.
+    let flood_frames: Vec<Vec<u8>> = (0..per_round as u64)
+        .map(|i| craft::tcp(&flow(offer + 1 + i), true))
+        .collect();
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(common.seed ^ 0xF100D);
+    let est_frames: Vec<Vec<u8>> = (0..per_round)
+        .map(|_| craft::tcp(&flow(rng.gen_range(0..tracked as u64)), false))
+        .collect();
+    let mix = Frames::new(
+        flood_frames
+            .chunks(MAX_BURST / 2)
+            .zip(est_frames.chunks(MAX_BURST / 2))
+            .flat_map(|(a, b)| a.iter().chain(b).cloned()),
+    );
+    let syns = Frames::new(flood_frames.into_iter());
+    // New connections' first packets that are not SYNs (refused: the table holds only
+    // established connections, so the same frames serve every round too).
+    let refused = Frames::new(
+        (0..per_round as u64).map(|i| craft::tcp(&flow(offer + 1 + per_round as u64 + i), false)),
+    );
+    let est = Frames::new(est_frames.into_iter());
+    let now = 2_000_000_000;
+    let full = std::cell::RefCell::new(full);
+    let pool = std::cell::RefCell::new(pool);
+    let run = |f: &Frames| {
+        let mut w = full.borrow_mut();
+        drive(f, 0, per_round, &mut pool.borrow_mut(), |rx, tx, pool| {
+            w.process(rx, tx, pool, now)
+        })
+    };
+    // contest keeps the best (highest) value: compare packets per ns.
+    let v = contest(
+        rounds,
+        &[
+            &|| Ok(1.0 / syn_with_room()),
+            &|| Ok(1.0 / run(&syns)),
+            &|| Ok(1.0 / run(&est)),
+            &|| Ok(1.0 / run(&mix)),
+            &|| Ok(1.0 / run(&refused)),
+        ],
+    )?;
+    let [room_ns, full_ns, est_ns, mix_ns, refused_ns] = [0, 1, 2, 3, 4].map(|i| 1.0 / v[i]);
+    // Half of the mixed stream is flood SYNs at `full_ns` each.
+    let est_in_flood_ns = 2.0 * mix_ns - full_ns;
+    let table = format!("full ({:.1} % of slots)", fill * 100.0);
+    rep.add(
+        Record::higher("syn_table_full", 1e3 / full_ns, "Mpps")
+            .param("conns", tracked)
+            .param("table", table.clone())
+            .param("worker", 1)
+            .peer("syn_with_room", 1e3 / room_ns),
+    )?;
+    rep.add(
+        Record::lower("syn_table_full_ns_per_packet", full_ns, "ns")
+            .param("conns", tracked)
+            .param("table", table.clone())
+            .peer("syn_with_room", room_ns),
+    )?;
+    rep.add(
+        Record::lower("insert_table_full_ns_per_packet", refused_ns, "ns")
+            .param("conns", tracked)
+            .param("table", table.clone())
+            .peer("syn_with_room", room_ns),
+    )?;
+    rep.add(
+        Record::lower(
+            "established_during_flood_ns_per_packet",
+            est_in_flood_ns,
+            "ns",
+        )
+        .param("conns", tracked)
+        .param("table", table.clone())
+        .param("flood_share", 0.5)
+        .param("mixed_ns_per_packet", (mix_ns * 10.0).round() / 10.0)
+        .peer("established_without_flood", est_ns),
+    )?;
+    let w = full.into_inner();
+    let t = Totals::sum([&**w.stats()]);
+    rep.note(&format!(
+        "flood table: {tracked} established of {slots} slots; {} SYNs balanced without an entry \
+         (pressure), {} inserts refused (full), {} hits",
+        t.get(Outcome::SynBypassPressure),
+        t.get(Outcome::ConnFull),
+        t.get(Outcome::ConnHit),
+    ));
+    anyhow::ensure!(
+        w.connections().0 == tracked,
+        "the flood changed the table ({} entries, {tracked} before)",
+        w.connections().0
+    );
+    Ok(())
 }

@@ -144,6 +144,18 @@ pub enum InsertError {
     ReservedValue,
 }
 
+/// Where [`Writer::insert_bounded`] put an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed<K, V> {
+    /// The key was new and took a free slot (possibly after moving others along a cuckoo path).
+    New,
+    /// The key was present: its value was overwritten (this is the old value).
+    Updated(V),
+    /// The key was new and took the slot of an entry the caller allowed to be evicted (its key
+    /// and value; the table's length is unchanged).
+    Evicted(K, V),
+}
+
 /// Size and occupancy figures.
 #[derive(Clone, Copy, Debug)]
 pub struct Stats {
@@ -346,6 +358,24 @@ impl<L: Layout> Writer<L> {
         value: L::Value,
     ) -> Result<Option<L::Value>, InsertError> {
         self.table.insert(&mut self.search, &key, &value)
+    }
+
+    /// Insert or overwrite with a bounded cost, for tables that must stay fast when full (a
+    /// connection table under a SYN flood: an insert that searches the full 4096-bucket cuckoo
+    /// space costs about a hundred times one that finds room). When neither of the key's buckets
+    /// has a free slot, the first entry of those two buckets (in bucket, then slot order) that
+    /// `evictable` accepts is replaced; otherwise the cuckoo path search visits at most
+    /// `max_nodes` buckets (2: the key's own buckets only, no search; the table's own
+    /// `max_search_nodes` caps it). On [`InsertError::Full`] nothing changed.
+    pub fn insert_bounded(
+        &mut self,
+        key: L::Key,
+        value: L::Value,
+        max_nodes: usize,
+        mut evictable: impl FnMut(&L::Key, &L::Value) -> bool,
+    ) -> Result<Placed<L::Key, L::Value>, InsertError> {
+        self.table
+            .insert_bounded(&mut self.search, &key, &value, max_nodes, &mut evictable)
     }
 
     /// Overwrite the value of a present key in place; `Ok(None)` if the key is absent.

@@ -37,7 +37,7 @@
 
 use crate::layout::{Layout, MAX_WORDS};
 use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
-use crate::{Config, InsertError, Stats};
+use crate::{Config, InsertError, Placed, Stats};
 
 /// Slots per bucket (the "4" of 2,4 cuckoo hashing).
 pub const SLOTS: usize = 4;
@@ -487,6 +487,43 @@ impl<L: Layout> RawTable<L> {
         key: &L::Key,
         value: &L::Value,
     ) -> Result<Option<L::Value>, InsertError> {
+        match self.place(search, key, value, self.max_nodes, None)? {
+            Placed::New => Ok(None),
+            Placed::Updated(old) => Ok(Some(old)),
+            // Without a predicate nothing is evicted.
+            Placed::Evicted(..) => Err(InsertError::Full),
+        }
+    }
+
+    /// Insert or overwrite with the cuckoo path search limited to `max_nodes` buckets and, when
+    /// both of the key's buckets are full, an entry of theirs that `evictable` accepts replaced
+    /// before any search (see `Writer::insert_bounded`).
+    pub(crate) fn insert_bounded(
+        &self,
+        search: &mut Search,
+        key: &L::Key,
+        value: &L::Value,
+        max_nodes: usize,
+        evictable: &mut Evictable<'_, L>,
+    ) -> Result<Placed<L::Key, L::Value>, InsertError> {
+        self.place(
+            search,
+            key,
+            value,
+            max_nodes.min(self.max_nodes),
+            Some(evictable),
+        )
+    }
+
+    #[inline(always)]
+    fn place(
+        &self,
+        search: &mut Search,
+        key: &L::Key,
+        value: &L::Value,
+        max_nodes: usize,
+        evictable: Option<&mut Evictable<'_, L>>,
+    ) -> Result<Placed<L::Key, L::Value>, InsertError> {
         let v = self.view();
         let p = v.probe(key).ok_or(InsertError::KeyOutOfRange)?;
         let mut enc = [0u64; MAX_WORDS];
@@ -501,7 +538,7 @@ impl<L: Layout> RawTable<L> {
         if c1 | c2 != 0 {
             if let Some((b, s, raw)) = self.writer_find(&p) {
                 self.write_slot(b, s, enc);
-                return Ok(Some(self.layout.decode(raw)));
+                return Ok(Placed::Updated(self.layout.decode(raw)));
             }
         }
         // The first free slot of the first bucket, else of the second (as `free_slot` would).
@@ -510,11 +547,43 @@ impl<L: Layout> RawTable<L> {
         } else if e2 != 0 {
             (b2, e2.trailing_zeros() as usize)
         } else {
-            self.make_room(search, b1, b2)?
+            if let Some(f) = evictable {
+                if let Some((b, s, k, old)) = self.victim(b1, b2, f) {
+                    self.write_slot(b, s, enc);
+                    return Ok(Placed::Evicted(k, old));
+                }
+            }
+            self.make_room(search, b1, b2, max_nodes)?
         };
         self.write_slot(b, s, enc);
         self.add_len(1);
-        Ok(None)
+        Ok(Placed::New)
+    }
+
+    /// The first entry of buckets `b1`, `b2` (in that order) that `evictable` accepts.
+    #[cold]
+    #[inline(never)]
+    fn victim(
+        &self,
+        b1: u64,
+        b2: u64,
+        evictable: &mut Evictable<'_, L>,
+    ) -> Option<(u64, usize, L::Key, L::Value)> {
+        let v = self.view();
+        for b in [b1, b2] {
+            for s in 0..SLOTS {
+                let slot = v.slot(b, s);
+                if self.layout.is_empty(slot) {
+                    continue;
+                }
+                let key = self.layout.slot_key(slot);
+                let value = self.layout.decode(self.layout.slot_raw(slot));
+                if evictable(&key, &value) {
+                    return Some((b, s, key, value));
+                }
+            }
+        }
+        None
     }
 
     /// Overwrite the value of a present key. Returns the previous value, or `None` if absent.
@@ -555,8 +624,11 @@ impl<L: Layout> RawTable<L> {
         search: &mut Search,
         b1: u64,
         b2: u64,
+        max_nodes: usize,
     ) -> Result<(u64, usize), InsertError> {
-        let (found, free_slot) = self.bfs(search, b1, b2).ok_or(InsertError::Full)?;
+        let (found, free_slot) = self
+            .bfs(search, b1, b2, max_nodes)
+            .ok_or(InsertError::Full)?;
         // Path as (bucket, slot) pairs from the free slot back to the root slot.
         let q = &search.queue;
         search.path.clear();
@@ -592,8 +664,15 @@ impl<L: Layout> RawTable<L> {
     }
 
     /// Breadth-first search over buckets. Returns the queue index of the first bucket with a free
-    /// slot and that slot. Shortest paths never visit a bucket twice, so the path is valid.
-    fn bfs(&self, search: &mut Search, b1: u64, b2: u64) -> Option<(usize, usize)> {
+    /// slot and that slot, visiting at most `max_nodes` buckets. Shortest paths never visit a
+    /// bucket twice, so the path is valid.
+    fn bfs(
+        &self,
+        search: &mut Search,
+        b1: u64,
+        b2: u64,
+        max_nodes: usize,
+    ) -> Option<(usize, usize)> {
         let v = self.view();
         let q = &mut search.queue;
         q.clear();
@@ -619,7 +698,7 @@ impl<L: Layout> RawTable<L> {
             }
             if (node.depth as usize) < self.max_depth {
                 for s in 0..SLOTS {
-                    if q.len() >= self.max_nodes {
+                    if q.len() >= max_nodes {
                         break;
                     }
                     let h = self.layout.slot_hash(self.seed, v.slot(node.bucket, s));
@@ -674,5 +753,8 @@ impl<L: Layout> RawTable<L> {
         b
     }
 }
+
+/// The caller's choice of entries an insert may replace.
+type Evictable<'a, L> = dyn FnMut(&<L as Layout>::Key, &<L as Layout>::Value) -> bool + 'a;
 
 pub(crate) type Shared<L> = sync::Arc<RawTable<L>>;

@@ -1,7 +1,7 @@
 //! Fill tests: the table reaches at least 95 % occupancy before the first "table full", loses no
 //! key on the way, and a failed insert leaves the table exactly as it was.
 
-use fp_cuckoo::{CompactMap, Config, GeneralMap, InsertError};
+use fp_cuckoo::{CompactMap, Config, GeneralMap, InsertError, Placed};
 
 fn k(i: u64) -> u64 {
     fp_hash::splitmix64(i ^ 0xABCD) & fp_cuckoo::COMPACT_MAX_KEY
@@ -100,5 +100,62 @@ fn delete_then_refill() {
     }
     for j in 0..freed {
         assert_eq!(r.get(k(n + 1 + j)), Some(2));
+    }
+}
+
+/// `insert_bounded` on a full table: it evicts only what the predicate allows, from the key's own
+/// two buckets, never searches further than asked, and changes nothing when it fails.
+#[test]
+fn bounded_insert_evicts_only_what_it_may() {
+    let (mut w, r) = CompactMap::new(&Config::with_capacity(20_000).seed(9)).unwrap();
+    // Fill to the first "full": odd values mark entries that may be evicted.
+    let mut n = 0u64;
+    while w.insert(k(n), (n % 2) as u16).is_ok() {
+        n += 1;
+    }
+    assert_eq!(r.len() as u64, n);
+    // With nothing evictable and no search beyond the key's buckets: a key whose buckets still
+    // have a free slot gets it, any other is refused and nothing changes.
+    let mut placed = 0;
+    for i in n..n + 200 {
+        match w.insert_bounded(k(i), 4, 2, |_, _| false) {
+            Ok(Placed::New) => placed += 1,
+            Err(InsertError::Full) => assert_eq!(r.get(k(i)), None),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(placed < 150, "{placed} of 200 placed in a full table");
+    assert_eq!(r.len(), n as usize + placed);
+    // Present keys are updated in place, whatever the predicate says.
+    assert_eq!(
+        w.insert_bounded(k(0), 0, 2, |_, _| true),
+        Ok(Placed::Updated(0))
+    );
+    // Evictable (odd) entries make room for new keys; even ones never go.
+    let mut evicted = 0;
+    for i in n + 1000..n + 3000 {
+        match w.insert_bounded(k(i), 2, 2, |_, v| v % 2 == 1) {
+            Ok(Placed::Evicted(old, v)) => {
+                assert_eq!(v % 2, 1, "only evictable entries go");
+                assert_eq!(r.get(old), None, "the evicted key is gone");
+                let (a, b) = w.candidate_buckets(k(i)).unwrap();
+                let (c, d) = w.candidate_buckets(old).unwrap();
+                assert!(
+                    [c, d].contains(&a) || [c, d].contains(&b),
+                    "the victim shared a bucket with the new key"
+                );
+                evicted += 1;
+            }
+            Ok(Placed::New) => placed += 1,
+            Ok(Placed::Updated(_)) => panic!("new key reported as present"),
+            Err(InsertError::Full) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(evicted > 1000, "only {evicted} evictions into a full table");
+    assert_eq!(r.len(), n as usize + placed, "evictions keep the length");
+    // Every even (non-evictable) entry of the fill is still there.
+    for i in (0..n).filter(|i| i % 2 == 0) {
+        assert_eq!(r.get(k(i)), Some(0), "key #{i} lost");
     }
 }

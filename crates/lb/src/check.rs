@@ -87,6 +87,18 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
         b.maglev_size,
         b.ttl
     );
+    let _ =
+        writeln!(
+        s,
+        "  syn guard: embryonic entries live {} ms; SYNs balanced without an entry at 90 % of a \
+         table's slots{}",
+        b.syn_timeout_ms,
+        if b.new_conn_rate == 0 {
+            String::new()
+        } else {
+            format!(" and above {} new connections/s per worker", b.new_conn_rate)
+        }
+    );
     let _ = writeln!(s, "vips: {}", cfg.vips.len());
     for (v, state) in cfg.vips.iter().zip(&snap.vips) {
         let matcher = match &v.matcher {
@@ -143,10 +155,15 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
         for be in &p.backends {
             let _ = writeln!(
                 s,
-                "    backend {} name {:?} weight {}{}",
+                "    backend {} name {:?} weight {}{}{}",
                 be.address,
                 be.name,
                 be.weight,
+                if be.drain {
+                    " draining (no new connections)"
+                } else {
+                    ""
+                },
                 be.mac.map_or(String::new(), |m| format!(" mac {m}"))
             );
         }
@@ -258,7 +275,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let e = check(&CFG.replace("weight = 3", "weight = 0"), false).unwrap_err();
+        let e = check(&CFG.replace("weight = 3", "weight = 3000000"), false).unwrap_err();
         assert!(e.starts_with("pool \"p\".backends[0].weight"), "{e}");
         let bgp = "\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n";
         let e = check(&format!("{}{bgp}", CFG.replace("seed = 7", "")), false).unwrap_err();

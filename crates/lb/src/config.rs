@@ -137,8 +137,11 @@ pub struct BackendSpec {
     pub address: IpAddr,
     /// The name Maglev hashes (default: the address as text). Equal on every balancer.
     pub name: String,
-    /// Relative weight (≥ 1).
+    /// Relative weight (≥ 1 unless draining).
     pub weight: u32,
+    /// Draining (`weight = 0` or `drain = true`): no new connections; the connections it holds
+    /// keep it until they end or idle out.
+    pub drain: bool,
     /// Backend MAC, for L2 DSR and as the inner destination of VXLAN.
     pub mac: Option<MacAddr>,
 }
@@ -224,6 +227,12 @@ pub struct BalancerSpec {
     pub conn_capacity_v6: usize,
     /// Idle time after which a connection entry expires.
     pub conn_idle_timeout_ms: u32,
+    /// Lifetime of an embryonic entry (made by a SYN, not yet confirmed by a later packet of its
+    /// flow): the SYN-flood guard's first line.
+    pub syn_timeout_ms: u32,
+    /// New connections a worker records per second before it balances further SYNs by the Maglev
+    /// hash without recording them (0: no limit). Under table pressure SYNs are never recorded.
+    pub new_conn_rate: u64,
     /// Fragment-table entries per worker.
     pub frag_capacity: usize,
     /// How long a fragment entry (and held fragments) lives.
@@ -326,6 +335,8 @@ struct RawBalancer {
     conn_table_capacity: Option<usize>,
     conn_table_capacity_v6: Option<usize>,
     conn_idle_timeout_ms: Option<u64>,
+    syn_timeout_ms: Option<u64>,
+    new_conn_rate: Option<u64>,
     fragment_table_capacity: Option<usize>,
     fragment_timeout_ms: Option<u64>,
     ttl: Option<u8>,
@@ -372,6 +383,7 @@ struct RawBackend {
     address: String,
     name: Option<String>,
     weight: Option<u32>,
+    drain: Option<bool>,
     mac: Option<String>,
 }
 
@@ -489,6 +501,20 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             format!("{idle} is not in 1000..=86400000"),
         ));
     }
+    let syn_timeout = b.syn_timeout_ms.unwrap_or(5000.min(idle));
+    if !(100..=idle).contains(&syn_timeout) {
+        return Err(err(
+            "balancer.syn_timeout_ms",
+            format!("{syn_timeout} is not in 100..=conn_idle_timeout_ms ({idle})"),
+        ));
+    }
+    let new_conn_rate = b.new_conn_rate.unwrap_or(0);
+    if new_conn_rate > 1_000_000_000 {
+        return Err(err(
+            "balancer.new_conn_rate",
+            format!("{new_conn_rate} is more than 1000000000 per second"),
+        ));
+    }
     let frag_capacity = b.fragment_table_capacity.unwrap_or(4096);
     if !(4..=1 << 24).contains(&frag_capacity) {
         return Err(err(
@@ -505,6 +531,13 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
     }
     let max_vips = b.max_vips.unwrap_or(1024);
     let max_backends = b.max_backends.unwrap_or(16384);
+    // Connection entries keep a backend id in 31 bits (the 32nd marks embryonic entries).
+    if max_backends > 1 << 24 {
+        return Err(err(
+            "balancer.max_backends",
+            format!("{max_backends} is more than 16777216"),
+        ));
+    }
     let balancer = BalancerSpec {
         address,
         address6,
@@ -520,6 +553,8 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         conn_capacity,
         conn_capacity_v6,
         conn_idle_timeout_ms: idle as u32,
+        syn_timeout_ms: syn_timeout as u32,
+        new_conn_rate,
         frag_capacity,
         frag_timeout_ms: frag_timeout as u32,
         ttl: b.ttl.unwrap_or(64),
@@ -567,13 +602,15 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         for (j, rb) in p.backends.iter().enumerate() {
             let f = format!("pool \"{}\".backends[{j}]", p.name);
             let address = parse_ip(&format!("{f}.address"), &rb.address)?;
+            // Weight 0 drains the backend (as `drain = true` does).
             let weight = rb.weight.unwrap_or(1);
-            if weight == 0 {
+            if weight > 1_000_000 {
                 return Err(err(
                     format!("{f}.weight"),
-                    "must be at least 1 (remove the backend instead)",
+                    format!("{weight} is more than 1000000"),
                 ));
             }
+            let drain = weight == 0 || rb.drain == Some(true);
             let mac = match &rb.mac {
                 Some(m) => Some(parse_mac(&format!("{f}.mac"), m)?),
                 None => None,
@@ -586,6 +623,7 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
                 address,
                 name,
                 weight,
+                drain,
                 mac,
             });
         }
@@ -989,7 +1027,7 @@ fn dedup(field: &str, v: Vec<BackendSpec>) -> Result<Vec<BackendSpec>, ConfigErr
                 return Err(err(
                     field,
                     format!(
-                        "backend {} appears twice with different name, weight or mac",
+                        "backend {} appears twice with different name, weight, drain or mac",
                         b.address
                     ),
                 ))
@@ -1155,8 +1193,27 @@ mod tests {
                 "balancer.maglev_size",
             ),
             (
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        syn_timeout_ms = 50"#,
+                "balancer.syn_timeout_ms",
+            ),
+            (
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        conn_idle_timeout_ms = 2000
+        syn_timeout_ms = 3000"#,
+                "balancer.syn_timeout_ms",
+            ),
+            (
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        max_backends = 100000000"#,
+                "balancer.max_backends",
+            ),
+            (
                 r#"weight = 2 }, { address = "10.0.1.2" }]"#,
-                r#"weight = 0 }, { address = "10.0.1.2" }]"#,
+                r#"weight = 2000000 }, { address = "10.0.1.2" }]"#,
                 "pool \"web\".backends[0].weight",
             ),
             (
@@ -1288,6 +1345,26 @@ mod tests {
         let e = error_of(&GOOD.replace("maglev_size = 251", "maglev_size = 251\nmagelv = 1"));
         assert!(e.message.contains("unknown field"), "{e}");
         assert!(e.field.starts_with("line "), "{e}");
+    }
+
+    #[test]
+    fn weight_zero_or_drain_marks_a_backend_draining() {
+        let c = LbConfig::from_toml(
+            &GOOD
+                .replace(
+                    r#"{ address = "10.0.1.1", weight = 2 }"#,
+                    r#"{ address = "10.0.1.1", weight = 0 }"#,
+                )
+                .replace(
+                    r#"{ address = "10.0.1.2" }"#,
+                    r#"{ address = "10.0.1.2", drain = true }"#,
+                ),
+        )
+        .unwrap();
+        let b = &c.vips[0].backends;
+        assert!(b[0].drain && b[1].drain, "{b:?}");
+        let c = LbConfig::from_toml(GOOD).unwrap();
+        assert!(!c.vips[0].backends[0].drain);
     }
 
     #[test]

@@ -388,6 +388,14 @@ impl AdminHandler for Shared {
                 }
             );
         }
+        for (i, w) in self.stats.iter().enumerate() {
+            let ((c4, c6), (s4, s6)) = w.occupancy();
+            let _ = writeln!(
+                s,
+                "worker {i}: connections {c4} of {s4} slots (IPv4), {c6} of {s6} (IPv6); syn guard {}",
+                crate::worker::GuardMode::from_gauge(w.guard_mode()).name()
+            );
+        }
         for h in st.monitor.states() {
             let mac = m
                 .neighbors()

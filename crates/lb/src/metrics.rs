@@ -39,6 +39,8 @@ pub struct WorkerMetrics {
     pub held_fragments: usize,
     /// Generation of the snapshot the worker forwards with.
     pub generation: u64,
+    /// The SYN-flood guard's mode (0 normal, 1 rate limit, 2 table pressure).
+    pub guard_mode: u64,
 }
 
 impl WorkerMetrics {
@@ -52,6 +54,7 @@ impl WorkerMetrics {
             connection_slots: (s4 as usize, s6 as usize),
             held_fragments: stats.held_fragments() as usize,
             generation: stats.generation(),
+            guard_mode: stats.guard_mode(),
         }
     }
 }
@@ -321,6 +324,37 @@ pub fn render(v: &MetricsView<'_>) -> String {
         outcome("conn_expired"),
     );
     o.family(
+        "flowplane_syn_guard_bypass_total",
+        Kind::Counter,
+        "SYNs of new connections balanced by the Maglev hash without a connection entry, by reason: rate (the worker's new_conn_rate reached) or pressure (connection table at 90 % of its slots).",
+    );
+    for (reason, key) in [
+        ("rate", "syn_bypass_rate"),
+        ("pressure", "syn_bypass_pressure"),
+    ] {
+        o.sample(
+            "flowplane_syn_guard_bypass_total",
+            &[("reason", reason)],
+            outcome(key),
+        );
+    }
+    o.family(
+        "flowplane_conn_embryonic_total",
+        Kind::Counter,
+        "Embryonic connection entries (made by a SYN) by fate: confirmed by a later packet of the flow, evicted for a new connection under table pressure, or expired after syn_timeout_ms.",
+    );
+    for (event, key) in [
+        ("confirmed", "conn_confirmed"),
+        ("evicted", "conn_evicted"),
+        ("expired", "conn_embryonic_expired"),
+    ] {
+        o.sample(
+            "flowplane_conn_embryonic_total",
+            &[("event", event)],
+            outcome(key),
+        );
+    }
+    o.family(
         "flowplane_fragments_total",
         Kind::Counter,
         "IP fragments by action: forwarded with their datagram's decision, held until the first fragment arrives, redirected to the balancer that owns their datagram, or received as that owner.",
@@ -358,7 +392,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
         v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
-    const KNOWN: [&str; 15] = [
+    const KNOWN: [&str; 20] = [
         "rx",
         "tx",
         "rx_bytes",
@@ -374,6 +408,11 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "frag_redirected",
         "frag_redirect_in",
         "traced",
+        "syn_bypass_rate",
+        "syn_bypass_pressure",
+        "conn_confirmed",
+        "conn_evicted",
+        "conn_embryonic_expired",
     ];
     let other: Vec<(usize, &Outcome)> = Outcome::ALL
         .iter()
@@ -430,6 +469,14 @@ pub fn render(v: &MetricsView<'_>) -> String {
             &[("worker", id), ("family", "ipv6")],
             w.connection_slots.1,
         );
+    }
+    o.family(
+        "flowplane_syn_guard_mode",
+        Kind::Gauge,
+        "Each worker's SYN-flood guard: 0 normal (SYNs recorded as embryonic entries), 1 rate limit (new_conn_rate reached: SYNs balanced without an entry), 2 table pressure (likewise, and embryonic entries may be evicted).",
+    );
+    for (w, id) in v.workers.iter().zip(&ids) {
+        o.sample("flowplane_syn_guard_mode", &[("worker", id)], w.guard_mode);
     }
     o.family(
         "flowplane_held_fragments",
@@ -537,7 +584,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
     o.family(
         "flowplane_vip_backends",
         Kind::Gauge,
-        "Backends of each VIP: configured, and healthy (in its Maglev table).",
+        "Backends of each VIP: configured, healthy (in its Maglev table: receiving new connections), and draining (healthy, keeping their connections, receiving no new ones).",
     );
     for vs in &snap.vips {
         o.sample(
@@ -549,6 +596,11 @@ pub fn render(v: &MetricsView<'_>) -> String {
             "flowplane_vip_backends",
             &[("vip", &vs.name), ("state", "healthy")],
             vs.table.as_ref().map_or(0, |t| t.backends().len()),
+        );
+        o.sample(
+            "flowplane_vip_backends",
+            &[("vip", &vs.name), ("state", "draining")],
+            vs.draining,
         );
     }
     o.family(
@@ -630,6 +682,18 @@ pub fn render(v: &MetricsView<'_>) -> String {
             "flowplane_backend_healthy",
             &[("backend", a)],
             b.healthy as u64,
+        );
+    }
+    o.family(
+        "flowplane_backend_draining",
+        Kind::Gauge,
+        "1 if the backend is draining (weight 0 or drain = true) in some VIP: no new connections there, its tracked connections stay.",
+    );
+    for (b, a) in backends.iter().zip(&addrs) {
+        o.sample(
+            "flowplane_backend_draining",
+            &[("backend", a)],
+            b.draining as u64,
         );
     }
     let backend_counter =

@@ -230,6 +230,20 @@ fn report(snap: &Snapshot, r: &Offline, input: &dyn Port, output: &dyn Port) {
             r.connections.iter().sum::<usize>()
         );
     }
+    let bypass = (
+        t.get(Outcome::SynBypassPressure),
+        t.get(Outcome::SynBypassRate),
+    );
+    if bypass.0 + bypass.1 + t.get(Outcome::ConnEvicted) > 0 {
+        println!(
+            "syn guard        {:>12}   SYNs balanced without an entry ({} under table pressure, {} above \
+             new_conn_rate); {} embryonic entries evicted for new connections",
+            bypass.0 + bypass.1,
+            bypass.0,
+            bypass.1,
+            t.get(Outcome::ConnEvicted)
+        );
+    }
     if t.get(Outcome::FragForwarded) + t.get(Outcome::FragHeld) > 0 {
         println!(
             "fragments        {:>12}   forwarded ({} held until their first fragment came)",

@@ -34,6 +34,8 @@ pub struct BackendState {
     pub name: String,
     /// Healthy (health checks, or an operator's mark).
     pub healthy: bool,
+    /// Draining in some VIP (`weight = 0` or `drain = true`): no new connections there.
+    pub draining: bool,
     /// MAC, if configured.
     pub mac: Option<MacAddr>,
 }
@@ -53,14 +55,18 @@ pub struct VipState {
     pub protocol: IpProtocol,
     /// Encapsulation.
     pub encap: EncapKind,
-    /// The Maglev table over the healthy backends (`None` when none is healthy).
+    /// The Maglev table over the healthy backends that are not draining (`None` when there is
+    /// none): where new connections go.
     pub table: Option<fp_maglev::Table>,
     /// Backend id of each Maglev table backend index.
     pub table_ids: Vec<u32>,
-    /// Bitmap over backend ids: healthy members of this VIP (what a tracked connection may keep).
+    /// Bitmap over backend ids: healthy members of this VIP, draining ones included (what a
+    /// tracked connection may keep).
     member_bits: Vec<u64>,
     /// Every configured backend id of the VIP (healthy or not).
     pub members: Vec<u32>,
+    /// Healthy members that are draining.
+    pub draining: usize,
     /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
     encaps: Vec<Option<Prebuilt>>,
 }
@@ -378,6 +384,10 @@ impl Builder {
         for vip in &config.vips {
             for spec in &vip.backends {
                 let id = self.id_of(spec.address);
+                let draining_elsewhere = backends
+                    .get(id as usize)
+                    .and_then(|b| b.as_ref())
+                    .is_some_and(|b| b.draining);
                 if id as usize >= b.max_backends {
                     return Err(BuildError::TooManyBackends {
                         id,
@@ -392,6 +402,7 @@ impl Builder {
                     address: spec.address,
                     name: spec.name.clone(),
                     healthy: self.healthy(spec.address),
+                    draining: spec.drain || draining_elsewhere,
                     mac: spec.mac,
                 });
             }
@@ -417,10 +428,14 @@ impl Builder {
                 .iter()
                 .filter(|s| self.healthy(s.address))
                 .collect();
-            let (table, table_ids) = if healthy.is_empty() {
+            // New connections go to healthy backends that are not draining; tracked ones may keep
+            // any healthy member (a draining backend finishes its connections).
+            let selectable: Vec<&crate::config::BackendSpec> =
+                healthy.iter().copied().filter(|s| !s.drain).collect();
+            let (table, table_ids) = if selectable.is_empty() {
                 (None, Vec::new())
             } else {
-                let mb: Vec<fp_maglev::Backend> = healthy
+                let mb: Vec<fp_maglev::Backend> = selectable
                     .iter()
                     .map(|s| fp_maglev::Backend::weighted(s.name.clone(), s.weight))
                     .collect();
@@ -429,7 +444,7 @@ impl Builder {
                     source: e,
                 })?;
                 let ids = (0..t.backends().len())
-                    .map(|k| self.ids[&healthy[t.input_index(k as u16)].address])
+                    .map(|k| self.ids[&selectable[t.input_index(k as u16)].address])
                     .collect();
                 (Some(t), ids)
             };
@@ -479,6 +494,7 @@ impl Builder {
                 table_ids,
                 member_bits,
                 members,
+                draining: healthy.len() - selectable.len(),
                 encaps,
             });
         }

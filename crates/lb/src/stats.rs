@@ -78,6 +78,16 @@ outcomes! {
     FragRedirected => "frag_redirected",
     /// Fragments another balancer redirected to this one (their owner).
     FragRedirectIn => "frag_redirect_in",
+    /// SYNs balanced without an entry: the worker's new-connection rate limit was reached.
+    SynBypassRate => "syn_bypass_rate",
+    /// SYNs balanced without an entry: the connection table was under pressure.
+    SynBypassPressure => "syn_bypass_pressure",
+    /// Embryonic entries (made by a SYN) confirmed by a later packet of their flow.
+    ConnConfirmed => "conn_confirmed",
+    /// Embryonic entries replaced by a new connection's entry in a table under pressure.
+    ConnEvicted => "conn_evicted",
+    /// Embryonic entries removed after the embryonic timeout (never confirmed).
+    ConnEmbryonicExpired => "conn_embryonic_expired",
 }
 
 /// The counters of one worker.
@@ -96,6 +106,8 @@ pub struct WorkerStats {
     /// Gauges: non-first fragments held, and the generation of the snapshot in use.
     held: Counter,
     generation: Counter,
+    /// Gauge: the SYN-flood guard's mode (`worker::GuardMode`).
+    guard_mode: Counter,
 }
 
 /// Packets, bytes and new connections of one VIP or backend.
@@ -124,6 +136,7 @@ impl WorkerStats {
             slots: Default::default(),
             held: Counter::default(),
             generation: Counter::default(),
+            guard_mode: Counter::default(),
         }
     }
 
@@ -179,6 +192,17 @@ impl WorkerStats {
     pub fn set_state(&self, held_fragments: usize, generation: u64) {
         self.held.set(held_fragments as u64);
         self.generation.set(generation);
+    }
+
+    /// Record the SYN-flood guard's mode.
+    #[inline]
+    pub fn set_guard_mode(&self, mode: u64) {
+        self.guard_mode.set(mode);
+    }
+
+    /// The SYN-flood guard's mode, as last recorded (`worker::GuardMode::from_gauge`).
+    pub fn guard_mode(&self) -> u64 {
+        self.guard_mode.get()
     }
 
     /// Fragments held, as last recorded.

@@ -19,6 +19,16 @@
 //! it emits back out of the same port (a one-armed balancer, as Maglev is deployed) or, offline,
 //! to the output port ([`LbWorker::set_output`]).
 //!
+//! SYN-flood guard. A SYN that misses makes an *embryonic* entry, which lives only
+//! `balancer.syn_timeout_ms` until a later packet of its flow confirms it (a spoofed SYN never
+//! gets one). When a table is under pressure (entries at [`PRESSURE`] of its slots), SYNs that
+//! miss are balanced by the Maglev hash without an entry (their handshake's ACK, which hashes to
+//! the same backend, records the connection), and other new entries may take the place of an
+//! embryonic entry in their two buckets, never of an established one, with the cuckoo search
+//! bounded to [`PRESSURE_SEARCH_NODES`] buckets: an insert into a full table costs about what one
+//! into a table with room costs. Above `balancer.new_conn_rate` new entries per second per worker
+//! SYNs are balanced without an entry as well. The mode and every decision are counted.
+//!
 //! ICMP errors addressed to a VIP (e.g. "fragmentation needed" about a backend's direct-return
 //! packets) are forwarded along the connection they quote, so path MTU discovery works through the
 //! balancer.
@@ -27,7 +37,7 @@ use crate::config::EncapKind;
 use crate::frag::{Decision, FragAction, FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
-use fp_cuckoo::{Config as TableConfig, GeneralMap, Writer};
+use fp_cuckoo::{Config as TableConfig, GeneralMap, InsertError, Layout, Placed, Writer};
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_wire::ip::IpProtocol;
@@ -53,11 +63,25 @@ const SWEEP_FRAGS_PER_MS: usize = 16;
 /// A connection's last-seen time is rewritten at most this often (ms).
 const TOUCH_MS: u32 = 1000;
 
+/// Marks an entry made by a SYN and not yet confirmed by a later packet of its flow (backend ids
+/// stay below 2^24, see the configuration's `max_backends`).
+const EMBRYONIC: u64 = 1 << 31;
+/// A connection table is under pressure from this share of its slots on.
+pub const PRESSURE: f64 = 0.9;
+/// Under pressure, an insert's cuckoo path search visits at most this many buckets: the key's
+/// two and their eight alternates (one level of moves, each a cache line).
+pub const PRESSURE_SEARCH_NODES: usize = 10;
+/// New entries are counted against `balancer.new_conn_rate` over windows of this many ms.
+const RATE_WINDOW_MS: u32 = 100;
+
 fn entry(backend: u32, now_ms: u32) -> u64 {
     backend as u64 | (now_ms as u64) << 32
 }
 fn entry_backend(v: u64) -> u32 {
-    v as u32
+    (v & (EMBRYONIC - 1)) as u32
+}
+fn is_embryonic(v: u64) -> bool {
+    v & EMBRYONIC != 0
 }
 fn entry_seen(v: u64) -> u32 {
     (v >> 32) as u32
@@ -106,6 +130,93 @@ pub trait Tracer: Send {
     fn wants(&mut self, frame: &[u8], flow: &FlowKey) -> bool;
     /// Take a record (rate limiting is the tracer's business).
     fn record(&mut self, r: TraceRecord);
+}
+
+/// What the SYN-flood guard is doing (the `flowplane_syn_guard_mode` gauge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum GuardMode {
+    /// SYNs that miss are recorded as embryonic entries.
+    Normal = 0,
+    /// The worker recorded `new_conn_rate` new entries in the current window: SYNs that miss are
+    /// balanced without an entry.
+    RateLimit = 1,
+    /// A connection table is under pressure: SYNs that miss are balanced without an entry and
+    /// other new entries may replace embryonic ones.
+    Pressure = 2,
+}
+
+impl GuardMode {
+    /// From the gauge's value.
+    pub fn from_gauge(v: u64) -> GuardMode {
+        match v {
+            1 => GuardMode::RateLimit,
+            2 => GuardMode::Pressure,
+            _ => GuardMode::Normal,
+        }
+    }
+
+    /// Name on the status page.
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardMode::Normal => "normal",
+            GuardMode::RateLimit => "rate limit",
+            GuardMode::Pressure => "table pressure",
+        }
+    }
+}
+
+/// The SYN-flood guard's state in one worker.
+struct Guard {
+    /// New entries per rate window before SYNs bypass the table (0: no limit).
+    per_window: u32,
+    /// Start of the current rate window, and new entries recorded in it.
+    window_ms: u32,
+    recorded: u32,
+    /// Entries (IPv4, IPv6) from which a table is under pressure.
+    pressure: (usize, usize),
+    /// Lifetime of embryonic entries.
+    syn_ms: u32,
+}
+
+impl Guard {
+    fn new(b: &crate::config::BalancerSpec, slots: (usize, usize)) -> Guard {
+        let mut g = Guard {
+            per_window: 0,
+            window_ms: 0,
+            recorded: 0,
+            pressure: (
+                (slots.0 as f64 * PRESSURE) as usize,
+                (slots.1 as f64 * PRESSURE) as usize,
+            ),
+            syn_ms: 0,
+        };
+        g.configure(b);
+        g
+    }
+
+    /// Take the reloadable settings.
+    fn configure(&mut self, b: &crate::config::BalancerSpec) {
+        self.syn_ms = b.syn_timeout_ms;
+        self.per_window = if b.new_conn_rate == 0 {
+            0
+        } else {
+            (b.new_conn_rate * RATE_WINDOW_MS as u64 / 1000).clamp(1, u32::MAX as u64) as u32
+        };
+    }
+
+    /// Whether the current window's allowance of new entries is used up.
+    #[inline]
+    fn over_rate(&mut self, now_ms: u32) -> bool {
+        if self.per_window == 0 {
+            return false;
+        }
+        if now_ms.wrapping_sub(self.window_ms) >= RATE_WINDOW_MS {
+            self.window_ms = now_ms;
+            self.recorded = 0;
+        }
+        self.recorded >= self.per_window
+    }
 }
 
 /// Per-burst scratch space, allocated once (no allocation per packet or per burst).
@@ -167,6 +278,7 @@ pub struct LbWorker {
     swept_ms: u32,
     /// Connection-table slots (IPv4, IPv6), fixed at construction.
     slots: (usize, usize),
+    guard: Guard,
     tracer: Option<Box<dyn Tracer>>,
     /// Where forwarded packets leave, as a [`Stage`]: the port they came in on (`None`, a
     /// one-armed balancer) or a fixed port.
@@ -206,6 +318,7 @@ impl LbWorker {
         let stats = Arc::new(WorkerStats::new(b.max_vips, b.max_backends));
         let idle_ms = b.conn_idle_timeout_ms;
         let slots = (conn4.stats().slots, conn6.stats().slots);
+        let guard = Guard::new(b, slots);
         stats.set_occupancy((0, 0), slots);
         stats.set_state(0, snap.get().generation);
         Ok(LbWorker {
@@ -225,6 +338,7 @@ impl LbWorker {
             sweep6: 0,
             swept_ms: 0,
             slots,
+            guard,
             tracer: None,
             output: None,
         })
@@ -280,8 +394,10 @@ impl LbWorker {
         now_ns: u64,
     ) {
         if self.snap.refresh() {
-            // A reload may change the idle timeout (table sizes stay until a restart).
+            // A reload may change the timeouts and the rate limit (table sizes stay until a
+            // restart).
             self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
+            self.guard.configure(&self.snap.get().config.balancer);
             self.stats
                 .set_state(self.tables.frags.held(), self.snap.get().generation);
         }
@@ -294,6 +410,7 @@ impl LbWorker {
             seed,
             ident,
             tracer,
+            guard,
             ..
         } = self;
         let snap: &Snapshot = snap.get();
@@ -325,6 +442,7 @@ impl LbWorker {
             now_ns,
             now_ms: (now_ns / 1_000_000) as u32,
             tracer: tracer.as_deref_mut(),
+            guard,
         };
         // Taken out (and put back, with their capacity) so `decide` can borrow the rest of
         // `scratch`.
@@ -356,7 +474,28 @@ impl LbWorker {
                 .count(Outcome::FragExpired, self.scratch.expired.len() as u64);
             pool.put_all(&mut self.scratch.expired);
         }
-        self.stats.set_occupancy(self.connections(), self.slots);
+        self.publish_gauges(now_ms);
+    }
+
+    /// Occupancy and the guard's mode, for the metrics reader.
+    #[inline]
+    fn publish_gauges(&mut self, now_ms: u32) {
+        let conns = self.connections();
+        self.stats.set_occupancy(conns, self.slots);
+        let g = &mut self.guard;
+        let mode = if conns.0 >= g.pressure.0 || conns.1 >= g.pressure.1 {
+            GuardMode::Pressure
+        } else if g.over_rate(now_ms) {
+            GuardMode::RateLimit
+        } else {
+            GuardMode::Normal
+        };
+        self.stats.set_guard_mode(mode as u64);
+    }
+
+    /// The SYN-flood guard's current mode, as last published.
+    pub fn guard_mode(&self) -> GuardMode {
+        GuardMode::from_gauge(self.stats.guard_mode())
     }
 
     /// Advance the connection-expiry sweep by `buckets` buckets of each table and publish the
@@ -371,37 +510,51 @@ impl LbWorker {
         self.stats
             .count(Outcome::FragExpired, self.scratch.expired.len() as u64);
         pool.put_all(&mut self.scratch.expired);
-        self.stats.set_occupancy(self.connections(), self.slots);
+        self.publish_gauges(now_ms);
         self.stats
             .set_state(self.tables.frags.held(), self.snap.get().generation);
     }
 
     /// `ms` milliseconds' worth of the connection-expiry sweep: enough buckets of each table that
-    /// a pass over it takes a quarter of the idle timeout (at most [`SWEEP_PASS_MAX_MS`]).
+    /// a pass over it takes a quarter of the idle timeout or the embryonic timeout, whichever is
+    /// shorter (at most [`SWEEP_PASS_MAX_MS`]).
     fn expire(&mut self, now_ms: u32, ms: usize) {
-        let pass_ms = (self.idle_ms / 4).clamp(1, SWEEP_PASS_MAX_MS) as usize;
+        let pass_ms = (self.idle_ms / 4)
+            .min(self.guard.syn_ms)
+            .clamp(1, SWEEP_PASS_MAX_MS) as usize;
         let buckets =
             (self.tables.conn4.buckets().max(self.tables.conn6.buckets()) * ms).div_ceil(pass_ms);
         self.expire_buckets(now_ms, buckets);
     }
 
-    /// Visit `buckets` buckets of each connection table, removing idle entries.
+    /// Visit `buckets` buckets of each connection table, removing idle entries (embryonic ones
+    /// after the shorter embryonic timeout).
     fn expire_buckets(&mut self, now_ms: u32, buckets: usize) {
-        let idle = self.idle_ms;
-        let mut n = 0u64;
-        let keep = |_: &[u8; 13], v: &u64| {
-            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
-            n += !live as u64;
+        let (idle, syn) = (self.idle_ms, self.guard.syn_ms);
+        // (established, embryonic) entries removed.
+        let mut n = (0u64, 0u64);
+        let mut keep = |v: u64| {
+            let embryonic = is_embryonic(v);
+            let live = now_ms.wrapping_sub(entry_seen(v)) < if embryonic { syn } else { idle };
+            if !live {
+                if embryonic {
+                    n.1 += 1;
+                } else {
+                    n.0 += 1;
+                }
+            }
             live
         };
-        self.sweep4 = self.tables.conn4.retain_range(self.sweep4, buckets, keep);
-        let keep6 = |_: &[u8; 37], v: &u64| {
-            let live = now_ms.wrapping_sub(entry_seen(*v)) < idle;
-            n += !live as u64;
-            live
-        };
-        self.sweep6 = self.tables.conn6.retain_range(self.sweep6, buckets, keep6);
-        self.stats.count(Outcome::ConnExpired, n);
+        self.sweep4 = self
+            .tables
+            .conn4
+            .retain_range(self.sweep4, buckets, |_, v| keep(*v));
+        self.sweep6 = self
+            .tables
+            .conn6
+            .retain_range(self.sweep6, buckets, |_, v| keep(*v));
+        self.stats.count(Outcome::ConnExpired, n.0);
+        self.stats.count(Outcome::ConnEmbryonicExpired, n.1);
     }
 }
 
@@ -673,12 +826,30 @@ fn lookup(tables: &mut Tables, scratch: &mut Scratch) {
         .get_batch(&scratch.keys6, &mut scratch.vals6[..n6]);
 }
 
-/// What stage 3 needs besides the tables: the burst's time, the tracer.
+/// What stage 3 needs besides the tables: the burst's time, the tracer, the SYN-flood guard.
 struct Decide<'a> {
     worker: usize,
     now_ns: u64,
     now_ms: u32,
     tracer: Option<&'a mut (dyn Tracer + 'static)>,
+    guard: &'a mut Guard,
+}
+
+/// Record a connection entry: a plain insert, or under pressure a bounded one that may replace an
+/// embryonic entry. `Ok(true)` when an embryonic entry was evicted for it.
+#[inline(always)]
+fn record<L: Layout<Value = u64>>(
+    t: &mut Writer<L>,
+    key: L::Key,
+    e: u64,
+    under_pressure: bool,
+) -> Result<bool, InsertError> {
+    if under_pressure {
+        t.insert_bounded(key, e, PRESSURE_SEARCH_NODES, |_, v| is_embryonic(*v))
+            .map(|p| matches!(p, Placed::Evicted(..)))
+    } else {
+        t.insert(key, e).map(|_| false)
+    }
 }
 
 /// Stage 3 for the `i`-th pending packet: reuse the connection's backend or select one with
@@ -708,15 +879,23 @@ fn decide(
         FlowKey::V4(_) => scratch.vals4[slot],
         FlowKey::V6(_) => scratch.vals6[slot],
     };
+    // A SYN without ACK: opens a connection (and was hashed in stage 1).
+    let syn = scratch.syns >> i & 1 != 0;
     let (backend, outcome, maglev_slot) = match found {
         Some(v) if vs.serves(entry_backend(v)) => {
             stats.count(Outcome::ConnHit, 1);
-            if d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
-                let e = entry(entry_backend(v), d.now_ms);
+            // A later packet of the flow confirms an embryonic entry; the last-seen time is
+            // rewritten at most every TOUCH_MS.
+            let confirm = is_embryonic(v) && !syn;
+            if confirm || d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
+                let e = entry(entry_backend(v), d.now_ms) | if confirm { 0 } else { v & EMBRYONIC };
                 let _ = match key {
                     FlowKey::V4(_) => tables.conn4.update(scratch.keys4[slot], e),
                     FlowKey::V6(_) => tables.conn6.update(scratch.keys6[slot], e),
                 };
+                if confirm {
+                    stats.count(Outcome::ConnConfirmed, 1);
+                }
             }
             (entry_backend(v), "hit", None)
         }
@@ -727,7 +906,7 @@ fn decide(
                 (Outcome::ConnMiss, "miss")
             };
             stats.count(outcome, 1);
-            let h = if scratch.syns >> i & 1 != 0 {
+            let h = if syn {
                 scratch.hashes[i]
             } else {
                 key.hash(out.seed)
@@ -736,22 +915,49 @@ fn decide(
                 out.drop(pkt, Outcome::NoBackend);
                 return;
             };
-            let e = entry(b, d.now_ms);
-            let r = match key {
-                FlowKey::V4(_) => tables.conn4.insert(scratch.keys4[slot], e),
-                FlowKey::V6(_) => tables.conn6.insert(scratch.keys6[slot], e),
+            let under_pressure = match key {
+                FlowKey::V4(_) => tables.conn4.len() >= d.guard.pressure.0,
+                FlowKey::V6(_) => tables.conn6.len() >= d.guard.pressure.1,
             };
-            match r {
-                Ok(_) => {
-                    stats.count(Outcome::ConnInsert, 1);
-                    if let Some(c) = stats.vip(vip as usize) {
-                        c.connections.inc();
+            // A SYN that opens a new connection under pressure or above the rate limit is
+            // balanced without an entry: its handshake's ACK records the connection.
+            let bypass = if !syn || other.is_some() {
+                None
+            } else if under_pressure {
+                Some(Outcome::SynBypassPressure)
+            } else if d.guard.over_rate(d.now_ms) {
+                Some(Outcome::SynBypassRate)
+            } else {
+                None
+            };
+            if let Some(why) = bypass {
+                stats.count(why, 1);
+            } else {
+                let e = entry(b, d.now_ms) | if syn { EMBRYONIC } else { 0 };
+                let r = match key {
+                    FlowKey::V4(_) => {
+                        record(&mut tables.conn4, scratch.keys4[slot], e, under_pressure)
                     }
-                    if let Some(c) = stats.backend(b as usize) {
-                        c.connections.inc();
+                    FlowKey::V6(_) => {
+                        record(&mut tables.conn6, scratch.keys6[slot], e, under_pressure)
                     }
+                };
+                match r {
+                    Ok(evicted) => {
+                        stats.count(Outcome::ConnInsert, 1);
+                        if evicted {
+                            stats.count(Outcome::ConnEvicted, 1);
+                        }
+                        d.guard.recorded += other.is_none() as u32;
+                        if let Some(c) = stats.vip(vip as usize) {
+                            c.connections.inc();
+                        }
+                        if let Some(c) = stats.backend(b as usize) {
+                            c.connections.inc();
+                        }
+                    }
+                    Err(_) => stats.count(Outcome::ConnFull, 1),
                 }
-                Err(_) => stats.count(Outcome::ConnFull, 1),
             }
             (b, label, Some(mslot))
         }

@@ -301,8 +301,10 @@ fn balance_within_one_percent() {
         assert!((share - 0.2).abs() < 5.0 * sd + 0.002, "{b}: {share}");
     }
     let t = h.totals();
+    // Every SYN was either recorded or, once the table came under pressure (200 000 entries are
+    // more than 90 % of its slots), balanced without an entry.
     let conns: u64 = t.backend.iter().map(|x| x.2).sum();
-    assert_eq!(conns, 200_000);
+    assert_eq!(conns + t.get(Outcome::SynBypassPressure), 200_000);
 }
 
 fn fragments_case(e: Endpoints, reverse: bool) {
@@ -395,7 +397,8 @@ fn no_healthy_backend_drops_and_full_table_still_forwards() {
     assert!(out.is_empty());
     assert_eq!(h.totals().get(Outcome::NoBackend), 1);
 
-    // A tiny connection table: once full, new connections are still forwarded by Maglev.
+    // A tiny connection table: once full, new connections are still forwarded by Maglev (packets
+    // that are not SYNs, which the SYN-flood guard would keep out of the table before it fills).
     let text = BASE
         .replace(
             "BACKENDS",
@@ -414,7 +417,7 @@ fn no_healthy_backend_drops_and_full_table_still_forwards() {
         let mut rx = burst();
         let mut tx = burst();
         let mut pk = pool.get().unwrap();
-        pk.fill(&craft::tcp(&flow(i), true));
+        pk.fill(&craft::tcp(&flow(i), false));
         rx.push(pk);
         w.process(&mut rx, &mut tx, &mut pool, 0);
         sent += tx.len();
@@ -426,11 +429,221 @@ fn no_healthy_backend_drops_and_full_table_still_forwards() {
     assert_eq!(t.get(Outcome::ConnFull) + t.get(Outcome::ConnInsert), 200);
 }
 
+/// Open connections `flows` at `now_ns`: a SYN, then the handshake's ACK, which confirms the entry.
+fn establish(h: &mut Harness, flows: std::ops::Range<u32>, now_ns: u64) -> Vec<IpAddr> {
+    let syns: Vec<Vec<u8>> = flows.clone().map(|i| craft::tcp(&flow(i), true)).collect();
+    let acks: Vec<Vec<u8>> = flows.map(|i| craft::tcp(&flow(i), false)).collect();
+    let first: Vec<IpAddr> = h
+        .send(&syns, now_ns)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    let second: Vec<IpAddr> = h
+        .send(&acks, now_ns + 1_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    assert_eq!(first, second, "the handshake's ACK follows its SYN");
+    second
+}
+
+fn harness_with(backends: &[&str], edit: impl Fn(String) -> String) -> Harness {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ address = \"{b}\" }}"))
+        .collect();
+    let text = edit(BASE.replace("BACKENDS", &list.join(", ")));
+    let mut builder = Builder::new();
+    let snap = builder
+        .build(Arc::new(LbConfig::from_toml(&text).unwrap()))
+        .unwrap();
+    let published = Arc::new(Published::new(Arc::new(snap)));
+    let worker = LbWorker::new(0, published.clone(), 7).unwrap();
+    Harness {
+        builder,
+        published,
+        worker,
+        pool: Pool::new(4096),
+    }
+}
+
+#[test]
+fn syn_entries_are_embryonic_until_a_later_packet_confirms_them() {
+    // Embryonic entries live syn_timeout_ms (2 s here), confirmed ones the idle timeout (10 s).
+    let mut h = harness_with(&FIVE, |t| {
+        t.replace(
+            "conn_idle_timeout_ms = 10000",
+            "conn_idle_timeout_ms = 10000\nsyn_timeout_ms = 2000",
+        )
+    });
+    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
+    let first = h.send(&syns, 0);
+    // A retransmitted SYN does not confirm; the ACK of half of them does.
+    h.send(&syns[..10], 1_000_000);
+    let acks: Vec<Vec<u8>> = (0..500).map(|i| craft::tcp(&flow(i), false)).collect();
+    let second = h.send(&acks, 1_000_000);
+    assert_eq!(
+        first[..500]
+            .iter()
+            .map(|f| backend_of(f))
+            .collect::<Vec<_>>(),
+        second.iter().map(|f| backend_of(f)).collect::<Vec<_>>()
+    );
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::ConnConfirmed), 500);
+    assert_eq!(h.worker.connections().0, 1000);
+    let mut pool = Pool::new(16);
+    for _ in 0..200 {
+        h.worker.maintain(2_500_000_000, &mut pool);
+    }
+    assert_eq!(h.worker.connections().0, 500, "unconfirmed entries expired");
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::ConnEmbryonicExpired), 500);
+    assert_eq!(t.get(Outcome::ConnExpired), 0);
+    for _ in 0..200 {
+        h.worker.maintain(10_500_000_000, &mut pool);
+    }
+    assert_eq!(h.worker.connections().0, 0);
+    assert_eq!(h.totals().get(Outcome::ConnExpired), 500);
+}
+
+#[test]
+fn a_syn_flood_into_a_full_table_leaves_established_connections_alone() {
+    use fp_lb::worker::GuardMode;
+    // 4096 entries per worker; 1000 established connections, then a flood of 200 000 SYNs
+    // from spoofed sources, then a new backend (the Maglev table changes: a connection whose
+    // entry was lost would move).
+    let mut h = harness_with(&FIVE[..4], |t| {
+        t.replace("conn_table_capacity = 200000", "conn_table_capacity = 4096")
+    });
+    let slots = h.worker.connection_slots().0;
+    let before = establish(&mut h, 0..1000, 0);
+    let flood: Vec<Vec<u8>> = (0..200_000u32)
+        .map(|i| {
+            let x = fp_hash::splitmix64(i as u64);
+            craft::tcp(
+                &Endpoints {
+                    src: IpAddr::from((0xC612_0000u32 | (x as u32 & 0xffff)).to_be_bytes()),
+                    sport: (x >> 32) as u16 | 1024,
+                    dst: "203.0.113.10".parse().unwrap(),
+                    dport: 80,
+                },
+                true,
+            )
+        })
+        .collect();
+    let out = h.send(&flood, 2_000_000);
+    assert_eq!(out.len(), flood.len(), "every SYN is still balanced");
+    let t = h.totals();
+    assert!(t.get(Outcome::SynBypassPressure) > 150_000, "{t:?}");
+    assert_eq!(t.get(Outcome::ConnFull), 0);
+    assert!(h.worker.connections().0 <= slots);
+    let mut pool = Pool::new(16);
+    h.worker.maintain(2_000_000, &mut pool);
+    assert_eq!(h.worker.guard_mode(), GuardMode::Pressure);
+    // New connections that complete their handshake are recorded in place of embryonic entries.
+    let fresh = establish(&mut h, 10_000..10_300, 3_000_000);
+    assert!(h.totals().get(Outcome::ConnEvicted) > 0);
+    assert_eq!(h.totals().get(Outcome::ConnFull), 0);
+    // A backend joins: established connections keep their backend.
+    h.reconfigure(&FIVE);
+    let acks: Vec<Vec<u8>> = (0..1000)
+        .chain(10_000..10_300)
+        .map(|i| craft::tcp(&flow(i), false))
+        .collect();
+    let after: Vec<IpAddr> = h
+        .send(&acks, 4_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    let expected: Vec<IpAddr> = before.iter().chain(&fresh).copied().collect();
+    assert_eq!(after, expected, "an established connection changed backend");
+    assert_eq!(h.totals().get(Outcome::ConnReselect), 0);
+    // The flood's embryonic entries time out (5 s by default): the guard relaxes.
+    for _ in 0..400 {
+        h.worker.maintain(20_000_000_000, &mut pool);
+    }
+    assert_eq!(h.worker.guard_mode(), GuardMode::Normal);
+}
+
+#[test]
+fn above_new_conn_rate_syns_are_balanced_without_an_entry() {
+    use fp_lb::worker::GuardMode;
+    // 1000 new connections per second: 100 per 100 ms window.
+    let mut h = harness_with(&FIVE, |t| {
+        t.replace(
+            "conn_idle_timeout_ms = 10000",
+            "conn_idle_timeout_ms = 10000\nnew_conn_rate = 1000",
+        )
+    });
+    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
+    let out = h.send(&syns[..300], 1_000_000_000);
+    assert_eq!(out.len(), 300);
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::ConnInsert), 100);
+    assert_eq!(t.get(Outcome::SynBypassRate), 200);
+    let mut pool = Pool::new(16);
+    h.worker.maintain(1_050_000_000, &mut pool);
+    assert_eq!(h.worker.guard_mode(), GuardMode::RateLimit);
+    // The bypassed connections' ACKs record them, on the backend their SYN went to.
+    let acks: Vec<Vec<u8>> = (0..300).map(|i| craft::tcp(&flow(i), false)).collect();
+    let again = h.send(&acks, 1_060_000_000);
+    assert_eq!(
+        out.iter().map(|f| backend_of(f)).collect::<Vec<_>>(),
+        again.iter().map(|f| backend_of(f)).collect::<Vec<_>>()
+    );
+    // The next window records again.
+    h.send(&syns[300..400], 1_200_000_000);
+    assert_eq!(h.totals().get(Outcome::SynBypassRate), 200);
+    h.worker.maintain(1_200_000_000, &mut pool);
+    assert_ne!(h.worker.guard_mode(), GuardMode::Pressure);
+}
+
+#[test]
+fn a_draining_backend_keeps_its_connections_and_gets_no_new_ones() {
+    let mut h = Harness::new(&FIVE);
+    let before = establish(&mut h, 0..5000, 0);
+    let drained: IpAddr = "10.0.1.3".parse().unwrap();
+    let held = before.iter().filter(|b| **b == drained).count();
+    assert!(held > 500, "{held}");
+    // Drain 10.0.1.3 by weight 0 (a reload).
+    let text = BASE.replace(
+        "BACKENDS",
+        r#"{ address = "10.0.1.1" }, { address = "10.0.1.2" }, { address = "10.0.1.3", weight = 0 },
+           { address = "10.0.1.4" }, { address = "10.0.1.5" }"#,
+    );
+    let snap = h
+        .builder
+        .build(Arc::new(LbConfig::from_toml(&text).unwrap()))
+        .unwrap();
+    assert_eq!(snap.vips[0].draining, 1);
+    h.published.publish(Arc::new(snap));
+    // Tracked connections keep their backend, the draining one included.
+    let acks: Vec<Vec<u8>> = (0..5000).map(|i| craft::tcp(&flow(i), false)).collect();
+    let after: Vec<IpAddr> = h
+        .send(&acks, 2_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    assert_eq!(before, after);
+    // New connections avoid it.
+    let fresh = establish(&mut h, 20_000..25_000, 3_000_000);
+    assert!(!fresh.contains(&drained));
+    // Health-down still removes it at once: its connections move.
+    h.set_health("10.0.1.3", false);
+    let down: Vec<IpAddr> = h
+        .send(&acks, 4_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    assert!(!down.contains(&drained));
+    assert_eq!(h.totals().get(Outcome::ConnReselect), held as u64);
+}
+
 #[test]
 fn idle_connections_expire() {
     let mut h = Harness::new(&FIVE);
-    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
-    h.send(&syns, 0);
+    establish(&mut h, 0..1000, 0);
     assert_eq!(h.worker.connections().0, 1000);
     let mut pool = Pool::new(16);
     // Not yet idle long enough (10 s timeout).
@@ -450,8 +663,7 @@ fn a_busy_worker_expires_idle_connections_on_its_clock() {
     // No `maintain` calls: the sweep inside `process` keeps pace with burst time, a pass over
     // the table per quarter of the idle timeout (10 s here), however few packets arrive.
     let mut h = Harness::new(&FIVE);
-    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&flow(i), true)).collect();
-    h.send(&syns, 0);
+    establish(&mut h, 0..1000, 0);
     let busy = [craft::tcp(&flow(5000), false)];
     let ms = 1_000_000u64;
     // A burst per millisecond up to 9.9 s: nothing is idle for 10 s yet.

@@ -372,6 +372,7 @@ fn render_is_valid_and_complete() {
             connection_slots: (1024, 1024),
             held_fragments: 2,
             generation: s2.generation,
+            guard_mode: 2,
         },
         WorkerMetrics {
             worker: 1,
@@ -380,6 +381,7 @@ fn render_is_valid_and_complete() {
             connection_slots: (1024, 1024),
             held_fragments: 0,
             generation: s1.generation,
+            guard_mode: 0,
         },
     ];
     let check = PlannedCheck {
