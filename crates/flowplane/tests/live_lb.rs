@@ -75,22 +75,18 @@
 //! `cargo test -p flowplane --test live_lb -- --nocapture` to see each step's timing. They need
 //! root, nginx, wrk, curl, nstat (iproute2) and python3-scapy, and fail saying so otherwise.
 
+mod common;
+
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use fp_testnet::{Netns, Nginx, NginxConfig, Proc, TestNet, WrkOptions};
-use std::collections::{BTreeMap, HashMap};
+use common::*;
+use fp_testnet::{Netns, Proc, WrkOptions};
+use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_flowplane");
-
-const CLIENT: &str = "10.0.1.2";
-const ROUTER_C: &str = "10.0.1.1";
-const ROUTER_L: &str = "10.0.2.1";
-const LB: &str = "10.0.2.2";
 const VIP_GRE: &str = "10.100.0.10";
 const VIP_IPIP: &str = "10.100.0.11";
 const VIP_VXLAN: &str = "10.100.0.12";
@@ -101,7 +97,6 @@ const VNI: u32 = 4242;
 /// Source port of the scapy probes: below the client's ephemeral range (32768–60999), so no real
 /// connection of the client has their 5-tuple in the balancer's connection table.
 const PROBE_PORT: u16 = 2999;
-const ADMIN: &str = "127.0.0.1:9100";
 
 /// Health check of pool `web` (and, by address, of every backend).
 const HC_INTERVAL_MS: u64 = 200;
@@ -111,47 +106,11 @@ const HC_FALL: u64 = 2;
 /// Allowance for a loaded 2-core machine on top of the configured detection times.
 const SLACK: Duration = Duration::from_millis(1500);
 
-/// One lab at a time: two labs in parallel on 2 cores would make the timing assertions noise.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn backend_addr(i: usize) -> String {
-    format!("10.0.2.{}", 10 + i)
-}
-
 fn vxlan_mac(i: usize) -> String {
     format!("02:66:70:00:00:{i:02x}")
 }
 
-fn body_of(i: usize) -> String {
-    format!("backend {i}")
-}
-
-struct Backend {
-    i: usize,
-    ns: Netns,
-    addr: String,
-    /// `eth0`'s MAC (the L2 DSR destination).
-    mac: String,
-    nginx: Nginx,
-}
-
-struct Lab {
-    net: TestNet,
-    client: Netns,
-    router: Netns,
-    lb: Netns,
-    /// The bridge's namespace (`p-lb` is the balancer's port).
-    sw: Netns,
-    lb_mac: String,
-    backends: Vec<Backend>,
-    config: PathBuf,
-}
-
 impl Lab {
-    fn backend(&self, i: usize) -> &Backend {
-        &self.backends[i - 1]
-    }
-
     /// The configuration with `web` = the given backends (the other VIPs always use b1..b3).
     fn config_text(&self, web: &[usize]) -> String {
         let list = |f: &dyn Fn(&Backend) -> String, which: &[usize]| {
@@ -211,212 +170,24 @@ impl Lab {
         );
         s
     }
-
-    fn write_config(&self, text: &str) -> Result<()> {
-        std::fs::write(&self.config, text)
-            .with_context(|| format!("writing {}", self.config.display()))
-    }
 }
 
-/// Build the topology (no balancer yet) and check it without the balancer: the client reaches a
-/// backend's own address through the router, every nginx answers.
+/// The lab of this test: four VIPs (one per encapsulation), four backends decapsulating GRE, IPIP
+/// and VXLAN.
 fn build_lab(tag: &str) -> Result<Lab> {
-    let net = TestNet::new(tag)?;
-    net.require_tools(&["nginx", "wrk", "curl", "nstat"])?;
-    let quiet = |ns: &Netns| -> Result<()> {
-        ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-        ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-        Ok(())
-    };
-    let client = net.ns("client")?;
-    let router = net.ns("router")?;
-    let lb = net.ns("lb")?;
-    let sw = net.ns("sw")?;
-    for ns in [&client, &router, &lb, &sw] {
-        quiet(ns)?;
+    LabSpec {
+        tag,
+        tools: &["nginx", "wrk", "curl", "nstat"],
+        vips: &[VIP_GRE, VIP_IPIP, VIP_VXLAN, VIP_L2],
+        decap: "gre,ipip,vxlan",
+        backend_args: &|i| vec!["--vxlan-mac".to_string(), vxlan_mac(i)],
+        backends: 4,
     }
-    let br = sw.bridge("br0")?;
-    // br_netfilter is built into this kernel and on by default: a bridge would validate IPv4
-    // headers (br_validate_ipv4) and silently drop the malformed packets of step 4 before they
-    // reach the balancer.
-    for k in ["iptables", "ip6tables", "arptables"] {
-        sw.sysctl(&format!("net.bridge.bridge-nf-call-{k}"), "0")?;
-    }
-
-    let (c0, r0) = net.veth(&client, "eth0", &router, "eth0")?;
-    c0.addr_add(&format!("{CLIENT}/24"))?;
-    r0.addr_add(&format!("{ROUTER_C}/24"))?;
-    // See the module docs: the client is the kernel traffic source whose segments cross the
-    // balancer, so its checksums must be complete on the wire.
-    c0.tx_checksum_off()?;
-    client.route_add("default", ROUTER_C)?;
-
-    let (r1, p) = net.veth(&router, "eth1", &sw, "p-router")?;
-    p.set_master(&br)?;
-    r1.addr_add(&format!("{ROUTER_L}/24"))?;
-    router.sysctl("net.ipv4.ip_forward", "1")?;
-    router.sysctl("net.ipv4.conf.all.rp_filter", "1")?;
-    router.sysctl("net.ipv4.conf.eth1.rp_filter", "1")?;
-    for vip in [VIP_GRE, VIP_IPIP, VIP_VXLAN, VIP_L2] {
-        router.route_add(&format!("{vip}/32"), LB)?;
-    }
-
-    // The balancer's interface has two queues on both ends, so AF_XDP runs two workers like
-    // AF_PACKET's fan-out (the bridge port spreads flows over its two TX queues, which are the
-    // balancer's RX queues).
-    lb.ip(&[
-        "link",
-        "add",
-        "eth0",
-        "numtxqueues",
-        "2",
-        "numrxqueues",
-        "2",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "p-lb",
-        "netns",
-        sw.name(),
-        "numtxqueues",
-        "2",
-        "numrxqueues",
-        "2",
-    ])?;
-    let l0 = lb.link("eth0");
-    let p = sw.link("p-lb");
-    p.set_master(&br)?;
-    p.up()?;
-    l0.up()?;
-    l0.addr_add(&format!("{LB}/24"))?;
-    lb.sysctl("net.ipv4.ip_forward", "0")?;
-    let lb_mac = l0.mac_string()?;
-
-    let mut backends = Vec::new();
-    for i in 1..=4 {
-        let ns = net.ns(&format!("b{i}"))?;
-        quiet(&ns)?;
-        let (e, p) = net.veth(&ns, "eth0", &sw, &format!("p-b{i}"))?;
-        p.set_master(&br)?;
-        let addr = backend_addr(i);
-        e.addr_add(&format!("{addr}/24"))?;
-        ns.route_add("default", ROUTER_L)?;
-        let state = net.dir(&format!("backend-b{i}"))?.join("state.json");
-        let vx = vxlan_mac(i);
-        let state_s = state.to_string_lossy().into_owned();
-        let mut args = vec![BIN, "backend", "--interface", "eth0"];
-        for v in [VIP_GRE, VIP_IPIP, VIP_VXLAN, VIP_L2] {
-            args.extend(["--vip", v]);
-        }
-        args.extend([
-            "--decap",
-            "gre,ipip,vxlan",
-            "--vxlan-mac",
-            &vx,
-            "--state",
-            &state_s,
-        ]);
-        ns.cmd(args).run().context("flowplane backend")?;
-        let nginx = ns.nginx(&NginxConfig {
-            body: format!("{}\n", body_of(i)),
-            ..Default::default()
-        })?;
-        backends.push(Backend {
-            i,
-            mac: e.mac_string()?,
-            ns,
-            addr,
-            nginx,
-        });
-    }
-
-    // The topology without the balancer: client → router → backend address, reply direct.
-    client.ping(ROUTER_C, 1)?;
-    router.ping(LB, 1)?;
-    for b in &backends {
-        let out = client
-            .cmd(["curl", "-sS", "-m", "5", &format!("http://{}/", b.addr)])
-            .run()
-            .context("topology check (no balancer involved): client → router → backend")?;
-        ensure!(
-            out.stdout.trim() == body_of(b.i),
-            "topology check: backend {} answered {:?}",
-            b.i,
-            out.stdout
-        );
-    }
-    let config = net.dir("balancer")?.join("flowplane.toml");
-    Ok(Lab {
-        net,
-        client,
-        router,
-        lb,
-        sw,
-        lb_mac,
-        backends,
-        config,
-    })
+    .build()
 }
 
 // ---------------------------------------------------------------------------------------------
-// Small HTTP/1.1 client (keep-alive aware), metrics parsing, counters.
-
-fn other(msg: String) -> io::Error {
-    io::Error::other(msg)
-}
-
-fn request(s: &mut TcpStream, host: &str, close: bool) -> io::Result<(u16, String)> {
-    let conn = if close { "Connection: close\r\n" } else { "" };
-    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n{conn}\r\n").as_bytes())?;
-    fp_testnet::read_http_response(s)
-}
-
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(4))?;
-    s.set_read_timeout(Some(Duration::from_secs(4)))?;
-    s.set_write_timeout(Some(Duration::from_secs(4)))?;
-    s.set_nodelay(true)?;
-    Ok(s)
-}
-
-/// One new connection, one request, the backend's name from the body.
-fn get_once(addr: SocketAddr) -> io::Result<String> {
-    let mut s = connect(addr)?;
-    let (status, body) = request(&mut s, &addr.ip().to_string(), true)?;
-    if status != 200 {
-        return Err(other(format!("HTTP status {status}, body {body:?}")));
-    }
-    Ok(body.trim().to_string())
-}
-
-/// Which backend answered how many of a series of new connections, and what failed.
-#[derive(Debug, Default)]
-struct Tally {
-    served: BTreeMap<String, usize>,
-    failures: Vec<String>,
-}
-
-impl Tally {
-    fn total(&self) -> usize {
-        self.served.values().sum()
-    }
-}
-
-/// `n` sequential new connections from the client to `vip:80`, each with one request.
-fn new_connections(client: &Netns, vip: &str, n: usize) -> Result<Tally> {
-    let addr: SocketAddr = format!("{vip}:80").parse()?;
-    Ok(client.enter(move || {
-        let mut t = Tally::default();
-        for k in 0..n {
-            match get_once(addr) {
-                Ok(b) => *t.served.entry(b).or_default() += 1,
-                Err(e) => t.failures.push(format!("connection {k}: {e}")),
-            }
-        }
-        t
-    })?)
-}
+// Balance, counters, traces and captures.
 
 /// Every connection answered, by exactly the `expected` backends, each within the Maglev balance
 /// bound: equal weights give each backend 1/k of the table (±1% for a 65537-slot table, Maglev
@@ -452,140 +223,6 @@ fn check_balance(what: &str, t: &Tally, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// A request to the admin server inside the balancer's namespace: status and body.
-fn admin(lb: &Netns, method: &str, path: &str) -> Result<(u16, String)> {
-    let addr: SocketAddr = ADMIN.parse()?;
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {ADMIN}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
-    let r = lb.enter(move || -> io::Result<(u16, String)> {
-        let mut s = connect(addr)?;
-        s.write_all(req.as_bytes())?;
-        fp_testnet::read_http_response(&mut s)
-    })?;
-    r.with_context(|| format!("admin {method} {path}"))
-}
-
-/// A scrape of `/metrics`.
-struct Metrics(String);
-
-/// A sample's labels, in order.
-type Labels = Vec<(String, String)>;
-
-/// `name{k="v",...} value` → (name, labels, value).
-fn parse_sample(line: &str) -> Option<(&str, Labels, f64)> {
-    let (series, value) = line.rsplit_once(' ')?;
-    let value: f64 = value.parse().ok()?;
-    let Some((name, rest)) = series.split_once('{') else {
-        return Some((series, Vec::new(), value));
-    };
-    let rest = rest.strip_suffix('}')?;
-    let mut labels = Vec::new();
-    let mut chars = rest.chars().peekable();
-    loop {
-        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
-        if key.is_empty() {
-            break;
-        }
-        if chars.next() != Some('"') {
-            return None;
-        }
-        let mut val = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => val.extend(chars.next()),
-                '"' => break,
-                c => val.push(c),
-            }
-        }
-        labels.push((key.trim_start_matches(',').to_string(), val));
-        if chars.peek() == Some(&',') {
-            chars.next();
-        }
-    }
-    Some((name, labels, value))
-}
-
-impl Metrics {
-    fn scrape(lb: &Netns) -> Result<Metrics> {
-        let (st, body) = admin(lb, "GET", "/metrics")?;
-        ensure!(st == 200, "GET /metrics: status {st}: {body}");
-        Ok(Metrics(body))
-    }
-
-    /// The sample of `name` whose labels include `labels`.
-    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.0
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(parse_sample)
-            .find(|(n, ls, _)| {
-                *n == name
-                    && labels
-                        .iter()
-                        .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
-            })
-            .map(|(_, _, v)| v)
-    }
-
-    /// Like `get`, 0 if absent is an error.
-    fn val(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
-        self.get(name, labels)
-            .ok_or_else(|| anyhow!("metric {name}{labels:?} not in /metrics"))
-    }
-
-    /// All label sets of `name` with values.
-    fn all(&self, name: &str) -> Vec<(Labels, f64)> {
-        self.0
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(parse_sample)
-            .filter(|(n, _, _)| *n == name)
-            .map(|(_, l, v)| (l, v))
-            .collect()
-    }
-
-    fn drops(&self, reason: &str) -> Result<f64> {
-        self.val("flowplane_drops_total", &[("reason", reason)])
-    }
-}
-
-/// The kernel's SNMP counters of a namespace (`nstat -asz`: absolute, with zeros, no history).
-fn snmp(ns: &Netns) -> Result<HashMap<String, i64>> {
-    let out = ns.cmd(["nstat", "-asz"]).run()?;
-    Ok(out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
-        })
-        .collect())
-}
-
-fn delta(before: &HashMap<String, i64>, after: &HashMap<String, i64>, key: &str) -> i64 {
-    after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0)
-}
-
-/// Poll `f` every 20 ms until it yields a value or `timeout` passes.
-fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn curl_body(client: &Netns, vip: &str) -> Result<String> {
     let out = client
         .cmd(["curl", "-sS", "-m", "5", &format!("http://{vip}/")])
@@ -607,14 +244,6 @@ fn trace_of(lb: &Netns, id: u64) -> Result<Option<serde_json::Value>> {
     Ok(traces(lb)?
         .into_iter()
         .find(|r| r["probe_id"].as_u64() == Some(id)))
-}
-
-/// Whether an XDP program is attached to the balancer's `eth0` (`ip -j link` has an `xdp` object).
-fn xdp_attached(lb: &Netns) -> Result<bool> {
-    let out = lb.ip(&["-j", "-d", "link", "show", "eth0"])?.stdout;
-    let v: serde_json::Value =
-        serde_json::from_str(&out).with_context(|| format!("ip -j link: {out}"))?;
-    Ok(!v[0]["xdp"].is_null())
 }
 
 /// The frames of a pcap file (tcpdump's classic format, little-endian, µs or ns stamps).
@@ -708,40 +337,21 @@ impl Seen {
     }
 }
 
-fn step(name: &str, t0: Instant) {
-    println!("[{:>6.2}s] {name}", t0.elapsed().as_secs_f64());
-}
-
 // ---------------------------------------------------------------------------------------------
 // The scenario.
 
 fn run_driver(driver: &str) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let t0 = Instant::now();
-    let lab = build_lab(if driver == "af_xdp" {
-        "lb-xsk"
-    } else {
-        "lb-pkt"
-    })
-    .unwrap_or_else(|e| panic!("building the lab (before any balancer): {e:#}"));
-    step("topology built and checked without the balancer", t0);
-    let mut balancer: Option<Proc> = None;
-    let r = scenario(&lab, driver, &mut balancer, t0);
-    if let Err(e) = r {
-        let log = balancer.as_ref().map(|p| p.log()).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(60).collect();
-        let status = admin(&lab.lb, "GET", "/status")
-            .map(|(_, b)| b)
-            .unwrap_or_else(|e| format!("(no status: {e:#})"));
-        panic!(
-            "{driver}: {e:#}\n--- balancer status ---\n{status}\n--- balancer log (last 60 lines) ---\n{}\n\
-             (network {}: rerun with FP_TESTNET_KEEP=1 to keep it for inspection)",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-            lab.net.id()
-        );
-    }
-    println!("[{:>6.2}s] {driver}: done", t0.elapsed().as_secs_f64());
-    drop(lab);
+    run_lab(
+        driver,
+        || {
+            build_lab(if driver == "af_xdp" {
+                "lb-xsk"
+            } else {
+                "lb-pkt"
+            })
+        },
+        |lab, balancer, t0| scenario(lab, driver, balancer, t0),
+    );
 }
 
 fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -> Result<()> {
@@ -756,59 +366,7 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
 
     // ---- start -------------------------------------------------------------------------
     lab.write_config(&lab.config_text(&[1, 2, 3]))?;
-    let cfg = lab.config.to_string_lossy().into_owned();
-    let fp = lb
-        .cmd([
-            BIN,
-            "run",
-            "--config",
-            &cfg,
-            "--interface",
-            "eth0",
-            "--driver",
-            driver,
-            "--workers",
-            "2",
-            "--admin",
-            ADMIN,
-        ])
-        .spawn()?;
-    *balancer = Some(fp.clone());
-    fp.wait_log("flowplane: ready", Duration::from_secs(30))?;
-    step("balancer ready", t0);
-    let m = Metrics::scrape(lb)?;
-    ensure!(
-        m.val("flowplane_workers", &[])? == 2.0,
-        "expected 2 workers (2 queues / fan-out sockets), metrics say {:?}",
-        m.get("flowplane_workers", &[])
-    );
-    ensure!(m.val("flowplane_config_generation", &[])? == 1.0);
-    let (st, body) = admin(lb, "GET", "/healthz")?;
-    ensure!(st == 200 && body.trim() == "ok", "/healthz: {st} {body:?}");
-    if driver == "af_xdp" {
-        ensure!(
-            xdp_attached(lb)?,
-            "AF_XDP balancer running but no XDP program on eth0"
-        );
-    }
-    // Backend MACs come from the balancer namespace's neighbour table (resolved by the health
-    // checks); wait until the balancer has all three.
-    wait_for(
-        "the balancer to know every backend's MAC (/status)",
-        Duration::from_secs(10),
-        || {
-            let (_, s) = admin(lb, "GET", "/status")?;
-            Ok((1..=3)
-                .all(|i| {
-                    s.lines().any(|l| {
-                        l.starts_with(&format!("backend {} ", backend_addr(i)))
-                            && !l.contains("unresolved")
-                    })
-                })
-                .then_some(()))
-        },
-    )?;
-    step("backend MACs resolved", t0);
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
 
     // ---- 1. every encapsulation serves curl and new connections --------------------------
     // What the balancer puts on the wire, seen at b1 (before b1's tc decapsulation).
@@ -1206,14 +764,7 @@ print("sent", len(pk) + 2)
         }
         (t, slowest)
     })?;
-    wait_for(
-        "wrk's load to reach the balancer",
-        Duration::from_secs(5),
-        || {
-            let p = Metrics::scrape(lb)?.val("flowplane_vip_packets_total", &[("vip", "web")])?;
-            Ok((p - pk0 > 500.0).then_some(()))
-        },
-    )?;
+    wait_vip_packets(lb, "wrk's load to reach the balancer", "web", pk0, 500.0)?;
     // Frames the balancer addresses to `balancer.gateway_mac` (its placeholder while a backend's
     // MAC is not yet in the neighbour table) — nobody on the segment has that MAC. Captured on
     // the bridge's port: frames the balancer sends bypass the taps of its own interface.
@@ -1295,18 +846,7 @@ print("sent", len(pk) + 2)
     );
 
     // ---- 7. b2's nginx killed ----------------------------------------------------------
-    let held = client.enter(move || -> io::Result<Vec<(TcpStream, String)>> {
-        (0..40)
-            .map(|_| {
-                let mut s = connect(vip_addr)?;
-                let (st, body) = request(&mut s, VIP_GRE, false)?;
-                if st != 200 {
-                    return Err(other(format!("status {st}")));
-                }
-                Ok((s, body.trim().to_string()))
-            })
-            .collect()
-    })??;
+    let held = hold_connections(client, VIP_GRE, 40)?;
     let b2 = backend_addr(2);
     let t_kill = Instant::now();
     lab.backend(2).nginx.proc.kill();
@@ -1365,16 +905,7 @@ print("sent", len(pk) + 2)
     );
 
     // ---- 8. shutdown -------------------------------------------------------------------
-    fp.signal(libc::SIGTERM);
-    let st = fp.wait(Duration::from_secs(10))?;
-    ensure!(st.success(), "balancer exit status on SIGTERM: {st}");
-    ensure!(fp.log().contains("shutting down"));
-    ensure!(
-        !xdp_attached(lb)?,
-        "XDP program still attached to eth0 after the balancer exited"
-    );
-    step("SIGTERM: exit 0, nothing left attached", t0);
-    Ok(())
+    stop_balancer(lab, &fp, t0)
 }
 
 #[test]

@@ -56,7 +56,8 @@ outcomes! {
     ConnMiss => "conn_miss",
     /// Hits whose backend had gone down or left the VIP: re-selected by Maglev.
     ConnReselect => "conn_reselect",
-    /// New entries recorded.
+    /// Connections assigned a backend and recorded: new entries, and entries whose backend
+    /// changed (re-selections).
     ConnInsert => "conn_insert",
     /// Connection table full: forwarded by Maglev without an entry (§3.3).
     ConnFull => "conn_table_full",

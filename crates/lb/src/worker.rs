@@ -836,19 +836,24 @@ struct Decide<'a> {
 }
 
 /// Record a connection entry: a plain insert, or under pressure a bounded one that may replace an
-/// embryonic entry. `Ok(true)` when an embryonic entry was evicted for it.
+/// embryonic entry.
 #[inline(always)]
 fn record<L: Layout<Value = u64>>(
     t: &mut Writer<L>,
     key: L::Key,
     e: u64,
     under_pressure: bool,
-) -> Result<bool, InsertError> {
+) -> Result<Placed<(), u64>, InsertError> {
     if under_pressure {
         t.insert_bounded(key, e, PRESSURE_SEARCH_NODES, |_, v| is_embryonic(*v))
-            .map(|p| matches!(p, Placed::Evicted(..)))
+            .map(|p| match p {
+                Placed::New => Placed::New,
+                Placed::Updated(old) => Placed::Updated(old),
+                Placed::Evicted(_, old) => Placed::Evicted((), old),
+            })
     } else {
-        t.insert(key, e).map(|_| false)
+        t.insert(key, e)
+            .map(|old| old.map_or(Placed::New, Placed::Updated))
     }
 }
 
@@ -889,11 +894,13 @@ fn decide(
             let confirm = is_embryonic(v) && !syn;
             if confirm || d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
                 let e = entry(entry_backend(v), d.now_ms) | if confirm { 0 } else { v & EMBRYONIC };
-                let _ = match key {
+                let old = match key {
                     FlowKey::V4(_) => tables.conn4.update(scratch.keys4[slot], e),
                     FlowKey::V6(_) => tables.conn6.update(scratch.keys6[slot], e),
                 };
-                if confirm {
+                // Counted once per entry: a burst may hold the ACK and the first request of a
+                // connection, both looked up before either was decided.
+                if confirm && matches!(old, Ok(Some(o)) if is_embryonic(o)) {
                     stats.count(Outcome::ConnConfirmed, 1);
                 }
             }
@@ -942,21 +949,30 @@ fn decide(
                         record(&mut tables.conn6, scratch.keys6[slot], e, under_pressure)
                     }
                 };
-                match r {
-                    Ok(evicted) => {
-                        stats.count(Outcome::ConnInsert, 1);
-                        if evicted {
-                            stats.count(Outcome::ConnEvicted, 1);
-                        }
-                        d.guard.recorded += other.is_none() as u32;
-                        if let Some(c) = stats.vip(vip as usize) {
-                            c.connections.inc();
-                        }
-                        if let Some(c) = stats.backend(b as usize) {
-                            c.connections.inc();
-                        }
+                // A new assignment: a new entry, or an entry whose backend changed. An entry that
+                // already holds this choice was written by an earlier packet of the same burst
+                // (looked up before it was decided) and is not counted again.
+                let (assigned, evicted, new) = match r {
+                    Ok(Placed::New) => (true, false, true),
+                    Ok(Placed::Evicted(..)) => (true, true, true),
+                    Ok(Placed::Updated(old)) => (entry_backend(old) != b, false, false),
+                    Err(_) => {
+                        stats.count(Outcome::ConnFull, 1);
+                        (false, false, false)
                     }
-                    Err(_) => stats.count(Outcome::ConnFull, 1),
+                };
+                if evicted {
+                    stats.count(Outcome::ConnEvicted, 1);
+                }
+                d.guard.recorded += new as u32;
+                if assigned {
+                    stats.count(Outcome::ConnInsert, 1);
+                    if let Some(c) = stats.vip(vip as usize) {
+                        c.connections.inc();
+                    }
+                    if let Some(c) = stats.backend(b as usize) {
+                        c.connections.inc();
+                    }
                 }
             }
             (b, label, Some(mslot))

@@ -567,6 +567,25 @@ fn a_syn_flood_into_a_full_table_leaves_established_connections_alone() {
 }
 
 #[test]
+fn packets_of_one_connection_in_one_burst_count_it_once() {
+    // The burst's lookups all happen before its decisions: a connection's ACK and first request
+    // (after a recorded SYN), or two first packets of an unrecorded connection, see the same
+    // table state. Each connection is confirmed, inserted and assigned once.
+    let mut h = Harness::new(&FIVE);
+    let syns: Vec<Vec<u8>> = (0..100).map(|i| craft::tcp(&flow(i), true)).collect();
+    h.send(&syns, 0);
+    let twice: Vec<Vec<u8>> = (0..200)
+        .flat_map(|i| [craft::tcp(&flow(i), false), craft::tcp(&flow(i), false)])
+        .collect();
+    h.send(&twice, 1_000_000);
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::ConnConfirmed), 100);
+    assert_eq!(t.get(Outcome::ConnInsert), 200);
+    assert_eq!(t.backend.iter().map(|x| x.2).sum::<u64>(), 200);
+    assert_eq!(h.worker.connections().0, 200);
+}
+
+#[test]
 fn above_new_conn_rate_syns_are_balanced_without_an_entry() {
     use fp_lb::worker::GuardMode;
     // 1000 new connections per second: 100 per 100 ms window.

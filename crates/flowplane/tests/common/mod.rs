@@ -1,0 +1,583 @@
+//! What the live balancer tests (`live_lb.rs`, `syn_flood.rs`) share: the lab — client → router →
+//! balancer, one-armed on a bridge with nginx backends prepared by `flowplane backend` (the
+//! topology is drawn in `live_lb.rs`) —, starting and stopping `flowplane run` in it, one lab at a
+//! time, a small keep-alive HTTP client, admin requests, metrics parsing and polling.
+//!
+//! Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use fp_testnet::{Link, Netns, Nginx, NginxConfig, Proc, TestNet};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_flowplane");
+
+pub const CLIENT: &str = "10.0.1.2";
+pub const ROUTER_C: &str = "10.0.1.1";
+pub const ROUTER_L: &str = "10.0.2.1";
+pub const LB: &str = "10.0.2.2";
+pub const ADMIN: &str = "127.0.0.1:9100";
+
+/// One lab at a time: two labs in parallel on 2 cores would make the timing assertions noise.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn backend_addr(i: usize) -> String {
+    format!("10.0.2.{}", 10 + i)
+}
+
+pub fn body_of(i: usize) -> String {
+    format!("backend {i}")
+}
+
+pub struct Backend {
+    pub i: usize,
+    pub ns: Netns,
+    pub addr: String,
+    /// `eth0`'s MAC (the L2 DSR destination).
+    pub mac: String,
+    pub nginx: Nginx,
+}
+
+pub struct Lab {
+    pub net: TestNet,
+    pub client: Netns,
+    pub router: Netns,
+    pub lb: Netns,
+    /// The bridge's namespace (`p-lb` is the balancer's port).
+    pub sw: Netns,
+    /// The bridge (`br0` in `sw`).
+    pub br: Link,
+    pub lb_mac: String,
+    pub backends: Vec<Backend>,
+    pub config: PathBuf,
+}
+
+impl Lab {
+    pub fn backend(&self, i: usize) -> &Backend {
+        &self.backends[i - 1]
+    }
+
+    pub fn write_config(&self, text: &str) -> Result<()> {
+        std::fs::write(&self.config, text)
+            .with_context(|| format!("writing {}", self.config.display()))
+    }
+}
+
+/// What differs between the tests' labs.
+pub struct LabSpec<'a> {
+    /// Label of the test network (namespace names).
+    pub tag: &'a str,
+    /// Programs the test needs besides `ip`.
+    pub tools: &'a [&'a str],
+    /// The VIPs: the router routes them to the balancer, every backend serves them.
+    pub vips: &'a [&'a str],
+    /// `flowplane backend --decap` of every backend.
+    pub decap: &'a str,
+    /// More `flowplane backend` arguments for backend `i`.
+    pub backend_args: &'a dyn Fn(usize) -> Vec<String>,
+    /// Backends b1..bN (each with nginx answering "backend i").
+    pub backends: usize,
+}
+
+/// No IPv6 in a namespace: no DAD / solicited-node delays, no ND/MLD frames in the balancer's
+/// drop counters.
+pub fn quiet(ns: &Netns) -> Result<()> {
+    ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+    ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+    Ok(())
+}
+
+impl LabSpec<'_> {
+    /// Build the topology (no balancer yet) and check it without the balancer: the client
+    /// reaches a backend's own address through the router, every nginx answers.
+    pub fn build(&self) -> Result<Lab> {
+        build_lab(self)
+    }
+}
+
+fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
+    let net = TestNet::new(spec.tag)?;
+    net.require_tools(spec.tools)?;
+    let client = net.ns("client")?;
+    let router = net.ns("router")?;
+    let lb = net.ns("lb")?;
+    let sw = net.ns("sw")?;
+    for ns in [&client, &router, &lb, &sw] {
+        quiet(ns)?;
+    }
+    let br = sw.bridge("br0")?;
+    // br_netfilter is built into this kernel and on by default: a bridge would validate IPv4
+    // headers (br_validate_ipv4) and silently drop malformed packets before they reach the
+    // balancer.
+    for k in ["iptables", "ip6tables", "arptables"] {
+        sw.sysctl(&format!("net.bridge.bridge-nf-call-{k}"), "0")?;
+    }
+
+    let (c0, r0) = net.veth(&client, "eth0", &router, "eth0")?;
+    c0.addr_add(&format!("{CLIENT}/24"))?;
+    r0.addr_add(&format!("{ROUTER_C}/24"))?;
+    // The client is the kernel traffic source whose segments cross the balancer, so its
+    // checksums must be complete on the wire.
+    c0.tx_checksum_off()?;
+    client.route_add("default", ROUTER_C)?;
+
+    let (r1, p) = net.veth(&router, "eth1", &sw, "p-router")?;
+    p.set_master(&br)?;
+    r1.addr_add(&format!("{ROUTER_L}/24"))?;
+    router.sysctl("net.ipv4.ip_forward", "1")?;
+    router.sysctl("net.ipv4.conf.all.rp_filter", "1")?;
+    router.sysctl("net.ipv4.conf.eth1.rp_filter", "1")?;
+    for vip in spec.vips {
+        router.route_add(&format!("{vip}/32"), LB)?;
+    }
+
+    // The balancer's interface has two queues on both ends, so AF_XDP runs two workers like
+    // AF_PACKET's fan-out (the bridge port spreads flows over its two TX queues, which are the
+    // balancer's RX queues).
+    lb.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "p-lb",
+        "netns",
+        sw.name(),
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ])?;
+    let l0 = lb.link("eth0");
+    let p = sw.link("p-lb");
+    p.set_master(&br)?;
+    p.up()?;
+    l0.up()?;
+    l0.addr_add(&format!("{LB}/24"))?;
+    lb.sysctl("net.ipv4.ip_forward", "0")?;
+    let lb_mac = l0.mac_string()?;
+
+    let mut backends = Vec::new();
+    for i in 1..=spec.backends {
+        let ns = net.ns(&format!("b{i}"))?;
+        quiet(&ns)?;
+        let (e, p) = net.veth(&ns, "eth0", &sw, &format!("p-b{i}"))?;
+        p.set_master(&br)?;
+        let addr = backend_addr(i);
+        e.addr_add(&format!("{addr}/24"))?;
+        ns.route_add("default", ROUTER_L)?;
+        let state = net.dir(&format!("backend-b{i}"))?.join("state.json");
+        let state_s = state.to_string_lossy().into_owned();
+        let extra = (spec.backend_args)(i);
+        let mut args = vec![BIN, "backend", "--interface", "eth0"];
+        for v in spec.vips {
+            args.extend(["--vip", v]);
+        }
+        args.extend(["--decap", spec.decap]);
+        args.extend(extra.iter().map(String::as_str));
+        args.extend(["--state", &state_s]);
+        ns.cmd(args).run().context("flowplane backend")?;
+        let nginx = ns.nginx(&NginxConfig {
+            body: format!("{}\n", body_of(i)),
+            ..Default::default()
+        })?;
+        backends.push(Backend {
+            i,
+            mac: e.mac_string()?,
+            ns,
+            addr,
+            nginx,
+        });
+    }
+
+    // The topology without the balancer: client → router → backend address, reply direct.
+    client.ping(ROUTER_C, 1)?;
+    router.ping(LB, 1)?;
+    for b in &backends {
+        let out = client
+            .cmd(["curl", "-sS", "-m", "5", &format!("http://{}/", b.addr)])
+            .run()
+            .context("topology check (no balancer involved): client → router → backend")?;
+        ensure!(
+            out.stdout.trim() == body_of(b.i),
+            "topology check: backend {} answered {:?}",
+            b.i,
+            out.stdout
+        );
+    }
+    let config = net.dir("balancer")?.join("flowplane.toml");
+    Ok(Lab {
+        net,
+        client,
+        router,
+        lb,
+        sw,
+        br,
+        lb_mac,
+        backends,
+        config,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small HTTP/1.1 client (keep-alive aware), metrics parsing, polling.
+
+pub fn other(msg: String) -> io::Error {
+    io::Error::other(msg)
+}
+
+pub fn request(s: &mut TcpStream, host: &str, close: bool) -> io::Result<(u16, String)> {
+    let conn = if close { "Connection: close\r\n" } else { "" };
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n{conn}\r\n").as_bytes())?;
+    fp_testnet::read_http_response(s)
+}
+
+pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(4))?;
+    s.set_read_timeout(Some(Duration::from_secs(4)))?;
+    s.set_write_timeout(Some(Duration::from_secs(4)))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// One new connection, one request, the backend's name from the body.
+pub fn get_once(addr: SocketAddr) -> io::Result<String> {
+    let mut s = connect(addr)?;
+    let (status, body) = request(&mut s, &addr.ip().to_string(), true)?;
+    if status != 200 {
+        return Err(other(format!("HTTP status {status}, body {body:?}")));
+    }
+    Ok(body.trim().to_string())
+}
+
+/// Which backend answered how many of a series of new connections, and what failed.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub served: BTreeMap<String, usize>,
+    pub failures: Vec<String>,
+}
+
+impl Tally {
+    pub fn total(&self) -> usize {
+        self.served.values().sum()
+    }
+}
+
+/// `n` sequential new connections from the client to `vip:80`, each with one request.
+pub fn new_connections(client: &Netns, vip: &str, n: usize) -> Result<Tally> {
+    let addr: SocketAddr = format!("{vip}:80").parse()?;
+    Ok(client.enter(move || {
+        let mut t = Tally::default();
+        for k in 0..n {
+            match get_once(addr) {
+                Ok(b) => *t.served.entry(b).or_default() += 1,
+                Err(e) => t.failures.push(format!("connection {k}: {e}")),
+            }
+        }
+        t
+    })?)
+}
+
+/// `n` connections from the client to `vip:80`, kept open: one request on each, answered 200;
+/// each with the backend that answered (the body's name).
+pub fn hold_connections(client: &Netns, vip: &str, n: usize) -> Result<Vec<(TcpStream, String)>> {
+    let vip_addr: SocketAddr = format!("{vip}:80").parse()?;
+    Ok(
+        client.enter(move || -> io::Result<Vec<(TcpStream, String)>> {
+            (0..n)
+                .map(|_| {
+                    let mut s = connect(vip_addr)?;
+                    let (st, body) = request(&mut s, vip, false)?;
+                    if st != 200 {
+                        return Err(other(format!("status {st}")));
+                    }
+                    Ok((s, body.trim().to_string()))
+                })
+                .collect()
+        })??,
+    )
+}
+
+/// A request to the admin server inside the balancer's namespace: status and body.
+pub fn admin(lb: &Netns, method: &str, path: &str) -> Result<(u16, String)> {
+    let addr: SocketAddr = ADMIN.parse()?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {ADMIN}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    let r = lb.enter(move || -> io::Result<(u16, String)> {
+        let mut s = connect(addr)?;
+        s.write_all(req.as_bytes())?;
+        fp_testnet::read_http_response(&mut s)
+    })?;
+    r.with_context(|| format!("admin {method} {path}"))
+}
+
+/// A scrape of `/metrics`.
+pub struct Metrics(pub String);
+
+/// A sample's labels, in order.
+pub type Labels = Vec<(String, String)>;
+
+/// `name{k="v",...} value` → (name, labels, value).
+fn parse_sample(line: &str) -> Option<(&str, Labels, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let value: f64 = value.parse().ok()?;
+    let Some((name, rest)) = series.split_once('{') else {
+        return Some((series, Vec::new(), value));
+    };
+    let rest = rest.strip_suffix('}')?;
+    let mut labels = Vec::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        if chars.next() != Some('"') {
+            return None;
+        }
+        let mut val = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => val.extend(chars.next()),
+                '"' => break,
+                c => val.push(c),
+            }
+        }
+        labels.push((key.trim_start_matches(',').to_string(), val));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    Some((name, labels, value))
+}
+
+impl Metrics {
+    pub fn scrape(lb: &Netns) -> Result<Metrics> {
+        let (st, body) = admin(lb, "GET", "/metrics")?;
+        ensure!(st == 200, "GET /metrics: status {st}: {body}");
+        Ok(Metrics(body))
+    }
+
+    /// The sample of `name` whose labels include `labels`.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(parse_sample)
+            .find(|(n, ls, _)| {
+                *n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
+            })
+            .map(|(_, _, v)| v)
+    }
+
+    /// Like `get`, 0 if absent is an error.
+    pub fn val(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+        self.get(name, labels)
+            .ok_or_else(|| anyhow!("metric {name}{labels:?} not in /metrics"))
+    }
+
+    /// All label sets of `name` with values.
+    pub fn all(&self, name: &str) -> Vec<(Labels, f64)> {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(parse_sample)
+            .filter(|(n, _, _)| *n == name)
+            .map(|(_, l, v)| (l, v))
+            .collect()
+    }
+
+    pub fn drops(&self, reason: &str) -> Result<f64> {
+        self.val("flowplane_drops_total", &[("reason", reason)])
+    }
+}
+
+/// The kernel's SNMP counters of a namespace (`nstat -asz`: absolute, with zeros, no history).
+pub fn snmp(ns: &Netns) -> Result<HashMap<String, i64>> {
+    let out = ns.cmd(["nstat", "-asz"]).run()?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+        })
+        .collect())
+}
+
+pub fn delta(before: &HashMap<String, i64>, after: &HashMap<String, i64>, key: &str) -> i64 {
+    after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0)
+}
+
+/// Poll `f` every 20 ms until it yields a value or `timeout` passes.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until the VIP named `vip` has forwarded more than `packets` packets since its counter
+/// read `from` (a load generator's traffic reaches the balancer).
+pub fn wait_vip_packets(lb: &Netns, what: &str, vip: &str, from: f64, packets: f64) -> Result<()> {
+    wait_for(what, Duration::from_secs(5), || {
+        let p = Metrics::scrape(lb)?.val("flowplane_vip_packets_total", &[("vip", vip)])?;
+        Ok((p - from > packets).then_some(()))
+    })
+}
+
+/// Whether an XDP program is attached to the balancer's `eth0` (`ip -j link` has an `xdp` object).
+pub fn xdp_attached(lb: &Netns) -> Result<bool> {
+    let out = lb.ip(&["-j", "-d", "link", "show", "eth0"])?.stdout;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).with_context(|| format!("ip -j link: {out}"))?;
+    Ok(!v[0]["xdp"].is_null())
+}
+
+pub fn step(name: &str, t0: Instant) {
+    println!("[{:>6.2}s] {name}", t0.elapsed().as_secs_f64());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The balancer's life in a lab.
+
+/// One lab run: build it (`build`, serialised with the other labs of this binary), run
+/// `scenario` with the slot where it puts the balancer it starts, and panic with the balancer's
+/// status page and the tail of its log if the scenario fails. The lab is removed on return and on
+/// panic.
+pub fn run_lab(
+    driver: &str,
+    build: impl FnOnce() -> Result<Lab>,
+    scenario: impl FnOnce(&Lab, &mut Option<Proc>, Instant) -> Result<()>,
+) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let t0 = Instant::now();
+    let lab = build().unwrap_or_else(|e| panic!("building the lab (before any balancer): {e:#}"));
+    step("topology built and checked without the balancer", t0);
+    let mut balancer: Option<Proc> = None;
+    let r = scenario(&lab, &mut balancer, t0);
+    if let Err(e) = r {
+        let log = balancer.as_ref().map(|p| p.log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(60).collect();
+        let status = admin(&lab.lb, "GET", "/status")
+            .map(|(_, b)| b)
+            .unwrap_or_else(|e| format!("(no status: {e:#})"));
+        panic!(
+            "{driver}: {e:#}\n--- balancer status ---\n{status}\n--- balancer log (last 60 lines) ---\n{}\n\
+             (network {}: rerun with FP_TESTNET_KEEP=1 to keep it for inspection)",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            lab.net.id()
+        );
+    }
+    println!("[{:>6.2}s] {driver}: done", t0.elapsed().as_secs_f64());
+    drop(lab);
+}
+
+/// Start `flowplane run` with the lab's configuration file (written by the caller) on the
+/// balancer's `eth0` with `driver`, two workers and the admin server, and wait until it is ready
+/// (two workers, generation 1, `/healthz`, the XDP program attached under AF_XDP) and knows the
+/// MACs of backends b1..b`initial`. The process is also put in `balancer` (for the failure
+/// report).
+pub fn start_balancer(
+    lab: &Lab,
+    driver: &str,
+    initial: usize,
+    balancer: &mut Option<Proc>,
+    t0: Instant,
+) -> Result<Proc> {
+    let lb = &lab.lb;
+    let cfg = lab.config.to_string_lossy().into_owned();
+    let fp = lb
+        .cmd([
+            BIN,
+            "run",
+            "--config",
+            &cfg,
+            "--interface",
+            "eth0",
+            "--driver",
+            driver,
+            "--workers",
+            "2",
+            "--admin",
+            ADMIN,
+        ])
+        .spawn()?;
+    *balancer = Some(fp.clone());
+    fp.wait_log("flowplane: ready", Duration::from_secs(30))?;
+    step("balancer ready", t0);
+    let m = Metrics::scrape(lb)?;
+    ensure!(
+        m.val("flowplane_workers", &[])? == 2.0,
+        "expected 2 workers (2 queues / fan-out sockets), metrics say {:?}",
+        m.get("flowplane_workers", &[])
+    );
+    ensure!(m.val("flowplane_config_generation", &[])? == 1.0);
+    let (st, body) = admin(lb, "GET", "/healthz")?;
+    ensure!(st == 200 && body.trim() == "ok", "/healthz: {st} {body:?}");
+    if driver == "af_xdp" {
+        ensure!(
+            xdp_attached(lb)?,
+            "AF_XDP balancer running but no XDP program on eth0"
+        );
+    }
+    // Backend MACs come from the balancer namespace's neighbour table (resolved by the health
+    // checks); wait until the balancer has them all.
+    wait_for(
+        "the balancer to know every backend's MAC (/status)",
+        Duration::from_secs(10),
+        || {
+            let (_, s) = admin(lb, "GET", "/status")?;
+            Ok((1..=initial)
+                .all(|i| {
+                    s.lines().any(|l| {
+                        l.starts_with(&format!("backend {} ", backend_addr(i)))
+                            && !l.contains("unresolved")
+                    })
+                })
+                .then_some(()))
+        },
+    )?;
+    step("backend MACs resolved", t0);
+    Ok(fp)
+}
+
+/// SIGTERM: the balancer exits 0, logs its shutdown and leaves no XDP program attached.
+pub fn stop_balancer(lab: &Lab, fp: &Proc, t0: Instant) -> Result<()> {
+    fp.signal(libc::SIGTERM);
+    let st = fp.wait(Duration::from_secs(10))?;
+    ensure!(st.success(), "balancer exit status on SIGTERM: {st}");
+    ensure!(fp.log().contains("shutting down"));
+    ensure!(
+        !xdp_attached(&lab.lb)?,
+        "XDP program still attached to eth0 after the balancer exited"
+    );
+    step("SIGTERM: exit 0, nothing left attached", t0);
+    Ok(())
+}
