@@ -306,8 +306,9 @@ fn flood(
     let mut full = LbWorker::new(0, snaps, common.seed ^ 1)?;
     let mut pool = Pool::new(4 * MAX_BURST);
     // Fill with established connections: packets that are not SYNs, each recorded as it
-    // misses, until the bounded inserts stop finding room.
-    let offer = n + n / 10;
+    // misses, until the bounded inserts stop finding room (twice the capacity offered: the
+    // second half uses up the free slots the bounded search can still reach).
+    let offer = 2 * n;
     let est = Frames::new((0..offer).map(|i| craft::tcp(&flow(i), false)));
     drive(&est, 0, offer as usize, &mut pool, |rx, tx, pool| {
         full.process(rx, tx, pool, 1_000_000_000)
@@ -399,17 +400,18 @@ fn flood(
     )?;
     let w = full.into_inner();
     let t = Totals::sum([&**w.stats()]);
+    let placed = w.connections().0 - tracked;
     rep.note(&format!(
         "flood table: {tracked} established of {slots} slots; {} SYNs balanced without an entry \
-         (pressure), {} inserts refused (full), {} hits",
+         (pressure), {} inserts refused (full), {placed} found a free slot, {} hits",
         t.get(Outcome::SynBypassPressure),
         t.get(Outcome::ConnFull),
         t.get(Outcome::ConnHit),
     ));
+    // A refused insert may still find one of the few free slots left: at most 1 % of them.
     anyhow::ensure!(
-        w.connections().0 == tracked,
-        "the flood changed the table ({} entries, {tracked} before)",
-        w.connections().0
+        placed * 100 <= per_round,
+        "{placed} of the {per_round} refused-insert frames found room: the table was not full"
     );
     Ok(())
 }
