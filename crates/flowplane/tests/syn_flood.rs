@@ -612,26 +612,8 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
             m1.all("flowplane_health_checks_total")
         );
     }
-    let (moved, failed) = client.enter(|| {
-        let (mut moved, mut failed) = (Vec::new(), Vec::new());
-        for (k, (s, was)) in held.iter_mut().chain(during.iter_mut()).enumerate() {
-            match request(s, VIP, false) {
-                Ok((200, body)) if body.trim() == was => {}
-                Ok((st, body)) => moved.push(format!(
-                    "connection {k} answered by {was} before: now {st} {:?}",
-                    body.trim()
-                )),
-                Err(e) => failed.push(format!("connection {k} (on {was}): {e}")),
-            }
-        }
-        (moved, failed)
-    })?;
-    ensure!(
-        moved.is_empty() && failed.is_empty(),
-        "held connections after the flood: {} on another backend {moved:?}, {} failed {failed:?}",
-        moved.len(),
-        failed.len()
-    );
+    held.append(&mut during);
+    ask_held(client, VIP, &mut held, "after the flood")?;
     let m2 = Metrics::scrape(lb)?;
     let d = |f: fn(&Metrics, &str) -> Result<f64>, k: &str| -> Result<f64> {
         Ok(f(&m2, k)? - f(&m1, k)?)

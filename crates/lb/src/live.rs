@@ -401,7 +401,16 @@ impl AdminHandler for Shared {
                 .neighbors()
                 .get(&h.address)
                 .map_or("unresolved".to_string(), |m| m.to_string());
-            let _ = writeln!(s, "backend {h}; mac {mac}");
+            let draining = snap
+                .backends
+                .iter()
+                .flatten()
+                .any(|b| b.address == h.address && b.draining);
+            let _ = writeln!(
+                s,
+                "backend {h}; mac {mac}{}",
+                if draining { "; draining" } else { "" }
+            );
         }
         s
     }

@@ -675,7 +675,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
     o.family(
         "flowplane_backend_healthy",
         Kind::Gauge,
-        "1 if the backend is healthy in the forwarding snapshot (receives new connections), else 0.",
+        "1 if the backend is healthy in the forwarding snapshot, else 0 (a healthy backend receives new connections unless it drains: flowplane_backend_draining).",
     );
     for (b, a) in backends.iter().zip(&addrs) {
         o.sample(

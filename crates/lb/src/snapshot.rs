@@ -63,6 +63,8 @@ pub struct VipState {
     /// Bitmap over backend ids: healthy members of this VIP, draining ones included (what a
     /// tracked connection may keep).
     member_bits: Vec<u64>,
+    /// Bitmap over backend ids: healthy members that are draining.
+    drain_bits: Vec<u64>,
     /// Every configured backend id of the VIP (healthy or not).
     pub members: Vec<u32>,
     /// Healthy members that are draining.
@@ -86,6 +88,15 @@ impl VipState {
     #[inline(always)]
     pub fn serves(&self, id: u32) -> bool {
         self.member_bits
+            .get(id as usize / 64)
+            .is_some_and(|w| w >> (id % 64) & 1 == 1)
+    }
+
+    /// Whether backend `id` is a draining member of this VIP (keeps its connections, gets no new
+    /// ones).
+    #[inline(always)]
+    pub fn drains(&self, id: u32) -> bool {
+        self.drain_bits
             .get(id as usize / 64)
             .is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
@@ -449,6 +460,11 @@ impl Builder {
                 (Some(t), ids)
             };
             let mut member_bits = vec![0u64; words];
+            let mut drain_bits = vec![0u64; words];
+            for s in healthy.iter().filter(|s| s.drain) {
+                let bid = self.ids[&s.address];
+                drain_bits[bid as usize / 64] |= 1 << (bid % 64);
+            }
             for s in &healthy {
                 let bid = self.ids[&s.address];
                 member_bits[bid as usize / 64] |= 1 << (bid % 64);
@@ -493,6 +509,7 @@ impl Builder {
                 table,
                 table_ids,
                 member_bits,
+                drain_bits,
                 members,
                 draining: healthy.len() - selectable.len(),
                 encaps,

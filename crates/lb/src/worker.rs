@@ -886,8 +886,13 @@ fn decide(
     };
     // A SYN without ACK: opens a connection (and was hashed in stage 1).
     let syn = scratch.syns >> i & 1 != 0;
+    // A SYN that finds a confirmed entry opens a new connection on reused ports: one whose entry
+    // names a draining backend is balanced anew (the entry is overwritten).
     let (backend, outcome, maglev_slot) = match found {
-        Some(v) if vs.serves(entry_backend(v)) => {
+        Some(v)
+            if vs.serves(entry_backend(v))
+                && !(syn && !is_embryonic(v) && vs.drains(entry_backend(v))) =>
+        {
             stats.count(Outcome::ConnHit, 1);
             // A later packet of the flow confirms an embryonic entry; the last-seen time is
             // rewritten at most every TOUCH_MS.

@@ -645,9 +645,18 @@ fn a_draining_backend_keeps_its_connections_and_gets_no_new_ones() {
         .map(|f| backend_of(f))
         .collect();
     assert_eq!(before, after);
-    // New connections avoid it.
+    // New connections avoid it, also one that reuses the ports of a connection it served.
     let fresh = establish(&mut h, 20_000..25_000, 3_000_000);
     assert!(!fresh.contains(&drained));
+    let reused = before.iter().position(|b| *b == drained).unwrap() as u32;
+    let again = h.send(&[craft::tcp(&flow(reused), true)], 3_500_000);
+    assert_ne!(
+        backend_of(&again[0]),
+        drained,
+        "a new connection on reused ports"
+    );
+    let reselected = h.totals().get(Outcome::ConnReselect);
+    assert_eq!(reselected, 1);
     // Health-down still removes it at once: its connections move.
     h.set_health("10.0.1.3", false);
     let down: Vec<IpAddr> = h
@@ -656,7 +665,10 @@ fn a_draining_backend_keeps_its_connections_and_gets_no_new_ones() {
         .map(|f| backend_of(f))
         .collect();
     assert!(!down.contains(&drained));
-    assert_eq!(h.totals().get(Outcome::ConnReselect), held as u64);
+    assert_eq!(
+        h.totals().get(Outcome::ConnReselect),
+        reselected + held as u64 - 1
+    );
 }
 
 #[test]

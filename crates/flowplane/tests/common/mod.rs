@@ -581,3 +581,34 @@ pub fn stop_balancer(lab: &Lab, fp: &Proc, t0: Instant) -> Result<()> {
     step("SIGTERM: exit 0, nothing left attached", t0);
     Ok(())
 }
+
+/// One more request on every held connection (kept-alive connections to `vip`, with the
+/// backend that answered each): each must answer 200 from that backend.
+pub fn ask_held(
+    client: &Netns,
+    vip: &str,
+    held: &mut [(TcpStream, String)],
+    when: &str,
+) -> Result<()> {
+    let (moved, failed) = client.enter(|| {
+        let (mut moved, mut failed) = (Vec::new(), Vec::new());
+        for (k, (s, was)) in held.iter_mut().enumerate() {
+            match request(s, vip, false) {
+                Ok((200, body)) if body.trim() == was => {}
+                Ok((st, body)) => moved.push(format!(
+                    "connection {k} answered by {was} before: now {st} {:?}",
+                    body.trim()
+                )),
+                Err(e) => failed.push(format!("connection {k} (on {was}): {e}")),
+            }
+        }
+        (moved, failed)
+    })?;
+    ensure!(
+        moved.is_empty() && failed.is_empty(),
+        "held connections {when}: {} on another backend {moved:?}, {} failed {failed:?}",
+        moved.len(),
+        failed.len()
+    );
+    Ok(())
+}
