@@ -86,7 +86,7 @@ fn check_prints_the_plan_and_names_the_bad_field() -> Result<()> {
     let text = std::fs::read_to_string(&demo)?;
     let cases = [
         (
-            text.replacen("weight = 2", "weight = 0", 1),
+            text.replacen("weight = 2", "weight = 2000000", 1),
             "pool \"web\".backends[3].weight",
         ),
         (text.replacen("port = 80", "port = 80000", 1), "line "),
