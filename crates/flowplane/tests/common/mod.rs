@@ -1,6 +1,7 @@
-//! What the live balancer tests (`live_lb.rs`, `syn_flood.rs`) share: the lab — client → router →
-//! balancer, one-armed on a bridge with nginx backends prepared by `flowplane backend` (the
-//! topology is drawn in `live_lb.rs`) —, starting and stopping `flowplane run` in it, one lab at a
+//! What the live balancer tests (`live_lb.rs`, `syn_flood.rs`, `drain.rs`, `ipv6.rs`) share: the
+//! lab — client → router → balancer, one-armed on a bridge with nginx backends prepared by
+//! `flowplane backend` (the topology is drawn in `live_lb.rs`; IPv4 only, or dual stack with
+//! [`LabSpec::build_dual_stack`]) —, starting and stopping `flowplane run` in it, one lab at a
 //! time, a small keep-alive HTTP client, admin requests, metrics parsing and polling.
 //!
 //! Each test binary compiles this module and uses part of it.
@@ -23,11 +24,22 @@ pub const ROUTER_L: &str = "10.0.2.1";
 pub const LB: &str = "10.0.2.2";
 pub const ADMIN: &str = "127.0.0.1:9100";
 
+/// The IPv6 addresses of a dual-stack lab: client, router (client side, bridge side), balancer.
+pub const CLIENT6: &str = "fd00:1::2";
+pub const ROUTER_C6: &str = "fd00:1::1";
+pub const ROUTER_L6: &str = "fd00:2::1";
+pub const LB6: &str = "fd00:2::2";
+
 /// One lab at a time: two labs in parallel on 2 cores would make the timing assertions noise.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 pub fn backend_addr(i: usize) -> String {
     format!("10.0.2.{}", 10 + i)
+}
+
+/// Backend `i`'s IPv6 address in a dual-stack lab.
+pub fn backend_addr6(i: usize) -> String {
+    format!("fd00:2::{}", 10 + i)
 }
 
 pub fn body_of(i: usize) -> String {
@@ -38,6 +50,8 @@ pub struct Backend {
     pub i: usize,
     pub ns: Netns,
     pub addr: String,
+    /// Its IPv6 address (dual-stack labs only).
+    pub addr6: Option<String>,
     /// `eth0`'s MAC (the L2 DSR destination).
     pub mac: String,
     pub nginx: Nginx,
@@ -55,6 +69,8 @@ pub struct Lab {
     pub lb_mac: String,
     pub backends: Vec<Backend>,
     pub config: PathBuf,
+    /// IPv6 on as well as IPv4 ([`LabSpec::build_dual_stack`]).
+    pub dual_stack: bool,
 }
 
 impl Lab {
@@ -92,15 +108,73 @@ pub fn quiet(ns: &Netns) -> Result<()> {
     Ok(())
 }
 
+/// IPv6 on in a namespace, without duplicate address detection: interfaces created afterwards
+/// take `default`'s settings, so their addresses are usable at once.
+pub fn ipv6_on(ns: &Netns) -> Result<()> {
+    for conf in ["all", "default"] {
+        ns.sysctl(&format!("net.ipv6.conf.{conf}.disable_ipv6"), "0")?;
+        ns.sysctl(&format!("net.ipv6.conf.{conf}.accept_dad"), "0")?;
+        ns.sysctl(&format!("net.ipv6.conf.{conf}.dad_transmits"), "0")?;
+    }
+    Ok(())
+}
+
+/// `ip -6 addr add CIDR dev DEV nodad`.
+pub fn addr6_add(link: &Link, cidr: &str) -> Result<()> {
+    link.ns()
+        .ip(&["-6", "addr", "add", cidr, "dev", link.name(), "nodad"])?;
+    Ok(())
+}
+
+/// `ip -6 route add DST via GW`.
+pub fn route6_add(ns: &Netns, dst: &str, gw: &str) -> Result<()> {
+    ns.ip(&["-6", "route", "add", dst, "via", gw])?;
+    Ok(())
+}
+
+/// Ping `addr` (either family) until it answers, for up to 5 s: a neighbour entry may take a
+/// retransmission or two to settle on a fresh segment.
+pub fn ping_until(ns: &Netns, addr: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match ns.ping(addr, 1) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e).with_context(|| format!("ping {addr} from {}", ns.name()))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// `http://ADDR/`, an IPv6 address in brackets.
+pub fn url_of(addr: &str) -> String {
+    if addr.contains(':') {
+        format!("http://[{addr}]/")
+    } else {
+        format!("http://{addr}/")
+    }
+}
+
 impl LabSpec<'_> {
     /// Build the topology (no balancer yet) and check it without the balancer: the client
     /// reaches a backend's own address through the router, every nginx answers.
     pub fn build(&self) -> Result<Lab> {
-        build_lab(self)
+        build_lab(self, false)
+    }
+
+    /// The same lab with IPv6 as well: every namespace gets IPv6 (no DAD), the client
+    /// [`CLIENT6`], the router [`ROUTER_C6`] / [`ROUTER_L6`] and IPv6 forwarding, the balancer
+    /// [`LB6`], backend `i` [`backend_addr6`]`(i)` with nginx listening on IPv6 too; the router
+    /// routes IPv6 VIPs (`/128`) to [`LB6`]; the bridge floods multicast (no MLD snooping, so
+    /// neighbour discovery does not depend on MLD reports). The check without the balancer covers
+    /// both families.
+    pub fn build_dual_stack(&self) -> Result<Lab> {
+        build_lab(self, true)
     }
 }
 
-fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
+fn build_lab(spec: &LabSpec<'_>, dual: bool) -> Result<Lab> {
     let net = TestNet::new(spec.tag)?;
     net.require_tools(spec.tools)?;
     let client = net.ns("client")?;
@@ -108,9 +182,24 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
     let lb = net.ns("lb")?;
     let sw = net.ns("sw")?;
     for ns in [&client, &router, &lb, &sw] {
-        quiet(ns)?;
+        if dual {
+            ipv6_on(ns)?;
+        } else {
+            quiet(ns)?;
+        }
     }
     let br = sw.bridge("br0")?;
+    if dual {
+        sw.ip(&[
+            "link",
+            "set",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ])?;
+    }
     // br_netfilter is built into this kernel and on by default: a bridge would validate IPv4
     // headers (br_validate_ipv4) and silently drop malformed packets before they reach the
     // balancer.
@@ -125,6 +214,11 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
     // checksums must be complete on the wire.
     c0.tx_checksum_off()?;
     client.route_add("default", ROUTER_C)?;
+    if dual {
+        addr6_add(&c0, &format!("{CLIENT6}/64"))?;
+        addr6_add(&r0, &format!("{ROUTER_C6}/64"))?;
+        route6_add(&client, "default", ROUTER_C6)?;
+    }
 
     let (r1, p) = net.veth(&router, "eth1", &sw, "p-router")?;
     p.set_master(&br)?;
@@ -132,8 +226,16 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
     router.sysctl("net.ipv4.ip_forward", "1")?;
     router.sysctl("net.ipv4.conf.all.rp_filter", "1")?;
     router.sysctl("net.ipv4.conf.eth1.rp_filter", "1")?;
+    if dual {
+        addr6_add(&r1, &format!("{ROUTER_L6}/64"))?;
+        router.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+    }
     for vip in spec.vips {
-        router.route_add(&format!("{vip}/32"), LB)?;
+        if vip.contains(':') {
+            route6_add(&router, &format!("{vip}/128"), LB6)?;
+        } else {
+            router.route_add(&format!("{vip}/32"), LB)?;
+        }
     }
 
     // The balancer's interface has two queues on both ends, so AF_XDP runs two workers like
@@ -166,17 +268,37 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
     l0.up()?;
     l0.addr_add(&format!("{LB}/24"))?;
     lb.sysctl("net.ipv4.ip_forward", "0")?;
+    if dual {
+        addr6_add(&l0, &format!("{LB6}/64"))?;
+        // A route back to the clients, as a real balancer host has: the copies of IPv6 VIP
+        // packets that AF_PACKET leaves to this kernel then meet `forwarding = 0` and are dropped
+        // without ICMP, as IPv4's are with `ip_forward = 0` (ipv6.rs checks that no destination
+        // unreachable leaves this namespace).
+        route6_add(&lb, "default", ROUTER_L6)?;
+    }
     let lb_mac = l0.mac_string()?;
 
     let mut backends = Vec::new();
     for i in 1..=spec.backends {
         let ns = net.ns(&format!("b{i}"))?;
-        quiet(&ns)?;
+        if dual {
+            ipv6_on(&ns)?;
+        } else {
+            quiet(&ns)?;
+        }
         let (e, p) = net.veth(&ns, "eth0", &sw, &format!("p-b{i}"))?;
         p.set_master(&br)?;
         let addr = backend_addr(i);
         e.addr_add(&format!("{addr}/24"))?;
         ns.route_add("default", ROUTER_L)?;
+        let addr6 = if dual {
+            let a = backend_addr6(i);
+            addr6_add(&e, &format!("{a}/64"))?;
+            route6_add(&ns, "default", ROUTER_L6)?;
+            Some(a)
+        } else {
+            None
+        };
         let state = net.dir(&format!("backend-b{i}"))?.join("state.json");
         let state_s = state.to_string_lossy().into_owned();
         let extra = (spec.backend_args)(i);
@@ -190,6 +312,11 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
         ns.cmd(args).run().context("flowplane backend")?;
         let nginx = ns.nginx(&NginxConfig {
             body: format!("{}\n", body_of(i)),
+            extra_server: if dual {
+                "    listen [::]:80 reuseport;".to_string()
+            } else {
+                String::new()
+            },
             ..Default::default()
         })?;
         backends.push(Backend {
@@ -197,6 +324,7 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
             mac: e.mac_string()?,
             ns,
             addr,
+            addr6,
             nginx,
         });
     }
@@ -204,17 +332,30 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
     // The topology without the balancer: client → router → backend address, reply direct.
     client.ping(ROUTER_C, 1)?;
     router.ping(LB, 1)?;
+    if dual {
+        ping_until(&client, ROUTER_C6)?;
+        ping_until(&router, LB6)?;
+    }
     for b in &backends {
-        let out = client
-            .cmd(["curl", "-sS", "-m", "5", &format!("http://{}/", b.addr)])
-            .run()
-            .context("topology check (no balancer involved): client → router → backend")?;
-        ensure!(
-            out.stdout.trim() == body_of(b.i),
-            "topology check: backend {} answered {:?}",
-            b.i,
-            out.stdout
-        );
+        let addrs = std::iter::once(&b.addr).chain(b.addr6.as_ref());
+        for addr in addrs {
+            let url = url_of(addr);
+            let mut args = vec!["curl", "-sS", "-m", "5", &url];
+            if addr.contains(':') {
+                // Brackets are curl's glob syntax otherwise.
+                args.push("-g");
+            }
+            let out = client
+                .cmd(args)
+                .run()
+                .context("topology check (no balancer involved): client → router → backend")?;
+            ensure!(
+                out.stdout.trim() == body_of(b.i),
+                "topology check: backend {} ({addr}) answered {:?}",
+                b.i,
+                out.stdout
+            );
+        }
     }
     let config = net.dir("balancer")?.join("flowplane.toml");
     Ok(Lab {
@@ -227,6 +368,7 @@ fn build_lab(spec: &LabSpec<'_>) -> Result<Lab> {
         lb_mac,
         backends,
         config,
+        dual_stack: dual,
     })
 }
 
