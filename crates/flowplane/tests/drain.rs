@@ -18,8 +18,8 @@
 //!
 //! The lab is `live_lb.rs`'s (same platform choices: checksum offload off on the client, IPv6
 //! off, strict rp_filter on the router, br_netfilter off) with one GRE VIP, 10.100.0.10:80, pool
-//! `web` = b1..b3 with HTTP health checks every 200 ms; b2 is the backend drained. As in
-//! `syn_flood.rs`, the client runs with `net.core.txrehash = 0`, so that each of its connections
+//! `web` = b1..b3 with HTTP health checks every 200 ms; b2 is the backend drained. As in every
+//! test of the lab, the client runs with `net.core.txrehash = 0`, so that each of its connections
 //! keeps the receive queue (the worker, whose connection table knows it) it started on even after
 //! a retransmission timeout: a connection that moved to the other worker would be balanced anew,
 //! by a table without b2, which would reset a connection held on b2 for a reason that is not
@@ -278,10 +278,6 @@ fn scenario(
     let b2 = body_of(DRAINED);
     let b2_addr = backend_addr(DRAINED);
     let others = [1, 3];
-
-    // Each connection of the client stays on the balancer's receive queue it started on (see the
-    // module docs).
-    client.sysctl("net.core.txrehash", "0")?;
 
     // ---- 1. start: nothing draining --------------------------------------------------------
     lab.write_config(&config_text(B2::Serving))?;

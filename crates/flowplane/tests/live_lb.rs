@@ -34,6 +34,10 @@
 //!   and never through the balancer; scapy computes its own checksums.
 //! * **IPv6** is disabled in every namespace: no DAD / solicited-node delays, no ND/MLD frames in
 //!   the balancer's drop counters.
+//! * **Socket hash:** the client runs with `net.core.txrehash = 0`: under AF_XDP on veth the
+//!   balancer's receive queue (its worker) follows the hash the client's socket stamps on its
+//!   packets, and TCP draws a new one after a retransmission timeout; a connection that moved to
+//!   the other worker would be balanced anew by a table that does not know it.
 //! * **rp_filter:** the router runs with strict reverse-path filtering on purpose. The DSR replies
 //!   (source = VIP) arrive on the router's bridge-side `eth1`, which is also the interface of its
 //!   route to the VIP, so they pass; the backends' rp_filter is switched off by `flowplane

@@ -21,7 +21,8 @@
 //! (16384 IPv4 entries per worker) so that the flood fills them. `syn_timeout_ms = 2000`,
 //! `new_conn_rate` left at its default (no limit).
 //!
-//! One more platform choice: **the client runs with `net.core.txrehash = 0`.** On veth the
+//! A platform choice that matters most here: **the lab's client runs with `net.core.txrehash =
+//! 0`.** On veth the
 //! balancer's receive queue (under AF_XDP: its worker) is chosen by the hash the client's socket
 //! stamps on its packets, which survives the router and the bridge; TCP draws a new one after
 //! each retransmission timeout, and the flood's load makes some. A connection would then move
@@ -390,10 +391,6 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     // Where the backends' answers to the spoofed sources end.
     lab.router
         .ip(&["route", "add", "blackhole", "198.18.0.0/15"])?;
-
-    // The client's connections keep their socket hash, so each stays on one receive queue of
-    // the balancer (see the module docs).
-    client.sysctl("net.core.txrehash", "0")?;
 
     // ---- 1. start: the guard is off -------------------------------------------------------
     lab.write_config(&config_text(&[1, 2, 3]))?;

@@ -213,6 +213,11 @@ fn build_lab(spec: &LabSpec<'_>, dual: bool) -> Result<Lab> {
     // The client is the kernel traffic source whose segments cross the balancer, so its
     // checksums must be complete on the wire.
     c0.tx_checksum_off()?;
+    // Each client connection keeps its socket hash, so it stays on the balancer's receive queue
+    // (and worker, whose connection table knows it) it started on: on veth the receive queue
+    // follows the hash the sending socket stamps on its packets, and TCP draws a new one after a
+    // retransmission timeout, which a loaded 2-core machine sometimes causes.
+    client.sysctl("net.core.txrehash", "0")?;
     client.route_add("default", ROUTER_C)?;
     if dual {
         addr6_add(&c0, &format!("{CLIENT6}/64"))?;
