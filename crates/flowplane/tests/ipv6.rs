@@ -67,7 +67,7 @@
 
 mod common;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use common::*;
 use fp_testnet::{Netns, Proc, WrkOptions};
 use std::collections::BTreeMap;
@@ -249,34 +249,6 @@ fn new_connections(client: &Netns, vip: IpAddr, n: usize) -> Result<Tally> {
 
 // ---------------------------------------------------------------------------------------------
 // What a backend receives from the balancer.
-
-/// The frames of a pcap file (tcpdump's classic format, little-endian, µs or ns stamps).
-fn read_pcap(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
-    let d = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    ensure!(d.len() >= 24, "{}: no pcap header", path.display());
-    let magic = u32::from_le_bytes(d[0..4].try_into()?);
-    ensure!(
-        magic == 0xa1b2_c3d4 || magic == 0xa1b2_3c4d,
-        "{}: not a little-endian pcap (magic {magic:#x})",
-        path.display()
-    );
-    let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= d.len() {
-        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into()?) as usize;
-        let end = (at + 16 + caplen).min(d.len());
-        out.push(d[at + 16..end].to_vec());
-        at = end;
-    }
-    Ok(out)
-}
-
-fn mac_text(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
 
 /// An IP packet's version, source and destination (no options or extension headers needed).
 fn ip_addrs(ip: &[u8]) -> Option<(bool, IpAddr, IpAddr)> {

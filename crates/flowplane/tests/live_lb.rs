@@ -250,34 +250,6 @@ fn trace_of(lb: &Netns, id: u64) -> Result<Option<serde_json::Value>> {
         .find(|r| r["probe_id"].as_u64() == Some(id)))
 }
 
-/// The frames of a pcap file (tcpdump's classic format, little-endian, µs or ns stamps).
-fn read_pcap(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
-    let d = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    ensure!(d.len() >= 24, "{}: no pcap header", path.display());
-    let magic = u32::from_le_bytes(d[0..4].try_into()?);
-    ensure!(
-        magic == 0xa1b2_c3d4 || magic == 0xa1b2_3c4d,
-        "{}: not a little-endian pcap (magic {magic:#x})",
-        path.display()
-    );
-    let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= d.len() {
-        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into()?) as usize;
-        let end = (at + 16 + caplen).min(d.len());
-        out.push(d[at + 16..end].to_vec());
-        at = end;
-    }
-    Ok(out)
-}
-
-fn mac_text(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 fn ip4_at(b: &[u8], at: usize) -> Option<Ipv4Addr> {
     let a: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
     Some(Ipv4Addr::from(a))

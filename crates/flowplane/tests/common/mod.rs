@@ -759,3 +759,32 @@ pub fn ask_held(
     );
     Ok(())
 }
+
+/// The frames of a pcap file (tcpdump's classic format, little-endian, µs or ns stamps).
+pub fn read_pcap(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let d = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(d.len() >= 24, "{}: no pcap header", path.display());
+    let magic = u32::from_le_bytes(d[0..4].try_into()?);
+    ensure!(
+        magic == 0xa1b2_c3d4 || magic == 0xa1b2_3c4d,
+        "{}: not a little-endian pcap (magic {magic:#x})",
+        path.display()
+    );
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= d.len() {
+        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into()?) as usize;
+        let end = (at + 16 + caplen).min(d.len());
+        out.push(d[at + 16..end].to_vec());
+        at = end;
+    }
+    Ok(out)
+}
+
+/// A MAC address as text (`aa:bb:cc:dd:ee:ff`).
+pub fn mac_text(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
