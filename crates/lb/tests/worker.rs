@@ -58,11 +58,15 @@ backends = [BACKENDS]
 "#;
 
 fn config(backends: &[&str]) -> Arc<LbConfig> {
+    config_with(backends, |t| t)
+}
+
+fn config_with(backends: &[&str], edit: impl Fn(String) -> String) -> Arc<LbConfig> {
     let list: Vec<String> = backends
         .iter()
         .map(|b| format!("{{ address = \"{b}\" }}"))
         .collect();
-    Arc::new(LbConfig::from_toml(&BASE.replace("BACKENDS", &list.join(", "))).unwrap())
+    Arc::new(LbConfig::from_toml(&edit(BASE.replace("BACKENDS", &list.join(", ")))).unwrap())
 }
 
 struct Harness {
@@ -74,8 +78,13 @@ struct Harness {
 
 impl Harness {
     fn new(backends: &[&str]) -> Harness {
+        Harness::with(backends, |t| t)
+    }
+
+    /// A harness whose configuration text is edited first (settings the base one lacks).
+    fn with(backends: &[&str], edit: impl Fn(String) -> String) -> Harness {
         let mut builder = Builder::new();
-        let snap = builder.build(config(backends)).unwrap();
+        let snap = builder.build(config_with(backends, edit)).unwrap();
         let published = Arc::new(Published::new(Arc::new(snap)));
         let worker = LbWorker::new(0, published.clone(), 7).unwrap();
         Harness {
@@ -447,30 +456,10 @@ fn establish(h: &mut Harness, flows: std::ops::Range<u32>, now_ns: u64) -> Vec<I
     second
 }
 
-fn harness_with(backends: &[&str], edit: impl Fn(String) -> String) -> Harness {
-    let list: Vec<String> = backends
-        .iter()
-        .map(|b| format!("{{ address = \"{b}\" }}"))
-        .collect();
-    let text = edit(BASE.replace("BACKENDS", &list.join(", ")));
-    let mut builder = Builder::new();
-    let snap = builder
-        .build(Arc::new(LbConfig::from_toml(&text).unwrap()))
-        .unwrap();
-    let published = Arc::new(Published::new(Arc::new(snap)));
-    let worker = LbWorker::new(0, published.clone(), 7).unwrap();
-    Harness {
-        builder,
-        published,
-        worker,
-        pool: Pool::new(4096),
-    }
-}
-
 #[test]
 fn syn_entries_are_embryonic_until_a_later_packet_confirms_them() {
     // Embryonic entries live syn_timeout_ms (2 s here), confirmed ones the idle timeout (10 s).
-    let mut h = harness_with(&FIVE, |t| {
+    let mut h = Harness::with(&FIVE, |t| {
         t.replace(
             "conn_idle_timeout_ms = 10000",
             "conn_idle_timeout_ms = 10000\nsyn_timeout_ms = 2000",
@@ -513,7 +502,7 @@ fn a_syn_flood_into_a_full_table_leaves_established_connections_alone() {
     // 4096 entries per worker; 1000 established connections, then a flood of 200 000 SYNs
     // from spoofed sources, then a new backend (the Maglev table changes: a connection whose
     // entry was lost would move).
-    let mut h = harness_with(&FIVE[..4], |t| {
+    let mut h = Harness::with(&FIVE[..4], |t| {
         t.replace("conn_table_capacity = 200000", "conn_table_capacity = 4096")
     });
     let slots = h.worker.connection_slots().0;
@@ -589,7 +578,7 @@ fn packets_of_one_connection_in_one_burst_count_it_once() {
 fn above_new_conn_rate_syns_are_balanced_without_an_entry() {
     use fp_lb::worker::GuardMode;
     // 1000 new connections per second: 100 per 100 ms window.
-    let mut h = harness_with(&FIVE, |t| {
+    let mut h = Harness::with(&FIVE, |t| {
         t.replace(
             "conn_idle_timeout_ms = 10000",
             "conn_idle_timeout_ms = 10000\nnew_conn_rate = 1000",
