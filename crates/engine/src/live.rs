@@ -212,6 +212,17 @@ pub fn interface_mac(ifname: &str) -> Result<fp_wire::ethernet::MacAddr, String>
         .map_err(|e| e.to_string())
 }
 
+/// The interface's MTU (the largest IP packet it sends), from sysfs.
+pub fn interface_mtu(ifname: &str) -> Result<u16, String> {
+    let path = format!("/sys/class/net/{ifname}/mtu");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let mtu: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{path}: {:?} is not an MTU", text.trim()))?;
+    Ok(mtu.min(u16::MAX as u32) as u16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,6 +179,8 @@ pub struct VipSpec {
     pub backends: Vec<BackendSpec>,
     /// Names of the pools whose backends serve this VIP (directly or nested), for health checks.
     pub pools: Vec<String>,
+    /// IP MTU toward this VIP's backends, if it differs from the balancer's (`vip.mtu`).
+    pub mtu: Option<u16>,
 }
 
 /// A validated pool (kept for health checking).
@@ -239,6 +241,12 @@ pub struct BalancerSpec {
     pub frag_timeout_ms: u32,
     /// Outer TTL / hop limit.
     pub ttl: u8,
+    /// IP MTU of the path toward backends (`balancer.mtu`): an encapsulated packet larger than this
+    /// is answered with ICMP "fragmentation needed" / "packet too big", or fragmented when its
+    /// sender allowed it. `None`: the interface's MTU (`flowplane run`), else 1500.
+    pub mtu: Option<u16>,
+    /// ICMP "too big" errors a worker sends per second at most (burst up to 50); 0 sends none.
+    pub icmp_rate: u32,
     /// Counter slots for VIPs (ids are dense; more VIPs than this are rejected).
     pub max_vips: usize,
     /// Counter slots for backends.
@@ -340,6 +348,8 @@ struct RawBalancer {
     fragment_table_capacity: Option<usize>,
     fragment_timeout_ms: Option<u64>,
     ttl: Option<u8>,
+    mtu: Option<u64>,
+    icmp_rate: Option<u64>,
     max_vips: Option<usize>,
     max_backends: Option<usize>,
 }
@@ -364,6 +374,7 @@ struct RawVip {
     pools: Vec<String>,
     encap: Option<String>,
     vni: Option<u32>,
+    mtu: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -399,6 +410,15 @@ struct RawHealth {
     timeout_ms: Option<u64>,
     rise: Option<u32>,
     fall: Option<u32>,
+}
+
+/// An IP MTU: 576 (the smallest every IPv4 host must accept) to 9216 (jumbo frames).
+fn check_mtu(field: &str, m: u64) -> Result<u16, ConfigError> {
+    if (576..=9216).contains(&m) {
+        Ok(m as u16)
+    } else {
+        Err(err(field, format!("{m} is not in 576..=9216")))
+    }
 }
 
 fn parse_mac(field: &str, s: &str) -> Result<MacAddr, ConfigError> {
@@ -538,6 +558,14 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             format!("{max_backends} is more than 16777216"),
         ));
     }
+    let mtu = b.mtu.map(|m| check_mtu("balancer.mtu", m)).transpose()?;
+    let icmp_rate = b.icmp_rate.unwrap_or(1000);
+    if icmp_rate > 1_000_000 {
+        return Err(err(
+            "balancer.icmp_rate",
+            format!("{icmp_rate} is more than 1000000 per second"),
+        ));
+    }
     let balancer = BalancerSpec {
         address,
         address6,
@@ -558,6 +586,8 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         frag_capacity,
         frag_timeout_ms: frag_timeout as u32,
         ttl: b.ttl.unwrap_or(64),
+        mtu,
+        icmp_rate: icmp_rate as u32,
         max_vips,
         max_backends,
     };
@@ -810,6 +840,10 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         if v.pools.is_empty() {
             return Err(err(format!("{f}.pools"), "needs at least one pool"));
         }
+        let vip_mtu = v
+            .mtu
+            .map(|m| check_mtu(&format!("{f}.mtu"), m))
+            .transpose()?;
         let mut backends = Vec::new();
         let mut pool_names = Vec::new();
         for (j, p) in v.pools.iter().enumerate() {
@@ -836,6 +870,21 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             ));
         }
         for b in &backends {
+            let mtu = vip_mtu.or(balancer.mtu).unwrap_or(1500);
+            if b.address.is_ipv6() && encap != EncapKind::L2Dsr && mtu < 1280 {
+                let field = if vip_mtu.is_some() {
+                    format!("{f}.mtu")
+                } else {
+                    "balancer.mtu".to_string()
+                };
+                return Err(err(
+                    field,
+                    format!(
+                        "{mtu} is below IPv6's minimum of 1280 (VIP {:?} tunnels to {} over IPv6)",
+                        v.name, b.address
+                    ),
+                ));
+            }
             let needs = match (encap, b.address) {
                 (EncapKind::L2Dsr, _) => None,
                 (_, IpAddr::V4(_)) if address.is_none() => Some("balancer.address"),
@@ -871,6 +920,7 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             encap,
             backends,
             pools: pool_names,
+            mtu: vip_mtu,
         });
     }
     if vips.len() > max_vips {
@@ -1210,6 +1260,31 @@ mod tests {
                 r#"maglev_size = 251
         max_backends = 100000000"#,
                 "balancer.max_backends",
+            ),
+            (
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        mtu = 100"#,
+                "balancer.mtu",
+            ),
+            (
+                // The second VIP tunnels to an IPv6 backend: below 1280 is refused.
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        mtu = 1000"#,
+                "balancer.mtu",
+            ),
+            (
+                r#"maglev_size = 251"#,
+                r#"maglev_size = 251
+        icmp_rate = 10000000"#,
+                "balancer.icmp_rate",
+            ),
+            (
+                r#"port = 80"#,
+                r#"port = 80
+        mtu = 70000"#,
+                "vip[0].mtu",
             ),
             (
                 r#"weight = 2 }, { address = "10.0.1.2" }]"#,

@@ -75,6 +75,8 @@ pub struct Balancer {
     neighbors: HashMap<IpAddr, MacAddr>,
     filters_destinations: bool,
     draining: bool,
+    /// The MTU of the interface, once the shell has read it.
+    interface_mtu: Option<u16>,
 }
 
 /// Reject a reload that changes a setting fixed at start: table sizes and timeouts the workers
@@ -163,6 +165,7 @@ impl Balancer {
             neighbors: HashMap::new(),
             filters_destinations,
             draining: false,
+            interface_mtu: None,
         })
     }
 
@@ -268,6 +271,23 @@ impl Balancer {
             )),
             Action::Announce(self.announcements()),
         ]
+    }
+
+    /// The MTU of the interface the balancer sends on (read at start and whenever it may have
+    /// changed): the path MTU of VIPs without `mtu` when `balancer.mtu` is not set. Publishes a
+    /// new snapshot when the value changed.
+    pub fn on_interface_mtu(&mut self, mtu: u16) -> Vec<Action> {
+        if self.interface_mtu == Some(mtu) {
+            return Vec::new();
+        }
+        self.interface_mtu = Some(mtu);
+        self.builder.set_interface_mtu(mtu);
+        self.publish(&format!("interface MTU {mtu}"))
+    }
+
+    /// The interface MTU last reported, if any.
+    pub fn interface_mtu(&self) -> Option<u16> {
+        self.interface_mtu
     }
 
     /// Health state changes.

@@ -187,6 +187,11 @@ impl State {
         }
         let actions = self.machine.on_neighbors(&table);
         self.apply(actions);
+        // The path MTU follows the interface's (`ip link set ... mtu N` takes effect here).
+        if let Ok(mtu) = fp_engine::live::interface_mtu(&self.interface) {
+            let actions = self.machine.on_interface_mtu(mtu);
+            self.apply(actions);
+        }
     }
 
     /// Re-read the configuration file: validate, update the health monitor, commit. The service
@@ -428,8 +433,16 @@ pub fn run(o: &LiveOptions) -> Result<()> {
     let notify = Notifier::from_env().context("NOTIFY_SOCKET")?;
 
     let mac = fp_engine::live::interface_mac(&o.interface).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let machine = Balancer::new(cfg, Some(mac), o.driver.filters_destinations())
+    let mut machine = Balancer::new(cfg, Some(mac), o.driver.filters_destinations())
         .map_err(|e| anyhow::anyhow!("{}: {e}", o.config.display()))?;
+    // Before the workers start, so their first snapshot has the path MTU (the announcement this
+    // publishes waits for the BGP speaker, started below).
+    match fp_engine::live::interface_mtu(&o.interface) {
+        Ok(mtu) => drop(machine.on_interface_mtu(mtu)),
+        Err(e) => log(format_args!(
+            "warning: {e}; path MTU 1500 unless configured"
+        )),
+    }
     let (monitor, health_rx) =
         HealthMonitor::start(machine.health_plan(), HealthOptions::default())
             .map_err(|e| anyhow::anyhow!("{}: {e}", o.config.display()))?;

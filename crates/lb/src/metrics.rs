@@ -355,6 +355,18 @@ pub fn render(v: &MetricsView<'_>) -> String {
         );
     }
     o.family(
+        "flowplane_mtu_total",
+        Kind::Counter,
+        "Packets too big for the path MTU once encapsulated, by action: an ICMP fragmentation-needed / packet-too-big error sent to the client, such an error suppressed by the ICMP rate limit, or (IPv4 without DF) the datagram fragmented.",
+    );
+    for (action, key) in [
+        ("icmp_sent", "mtu_icmp_sent"),
+        ("icmp_rate_limited", "mtu_icmp_rate_limited"),
+        ("fragmented", "mtu_fragmented"),
+    ] {
+        o.sample("flowplane_mtu_total", &[("action", action)], outcome(key));
+    }
+    o.family(
         "flowplane_fragments_total",
         Kind::Counter,
         "IP fragments by action: forwarded with their datagram's decision, held until the first fragment arrives, redirected to the balancer that owns their datagram, or received as that owner.",
@@ -392,7 +404,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
         v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
-    const KNOWN: [&str; 20] = [
+    const KNOWN: [&str; 23] = [
         "rx",
         "tx",
         "rx_bytes",
@@ -413,6 +425,9 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "conn_confirmed",
         "conn_evicted",
         "conn_embryonic_expired",
+        "mtu_icmp_sent",
+        "mtu_icmp_rate_limited",
+        "mtu_fragmented",
     ];
     let other: Vec<(usize, &Outcome)> = Outcome::ALL
         .iter()

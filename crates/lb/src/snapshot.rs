@@ -69,6 +69,9 @@ pub struct VipState {
     pub members: Vec<u32>,
     /// Healthy members that are draining.
     pub draining: usize,
+    /// IP MTU of the path toward the backends (`vip.mtu`, `balancer.mtu`, the interface's, or
+    /// 1500).
+    pub mtu: u16,
     /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
     encaps: Vec<Option<Prebuilt>>,
 }
@@ -81,6 +84,9 @@ pub struct Prebuilt {
     pub encap: Encap,
     /// The fast path for it, if any.
     pub template: Option<EncapTemplate>,
+    /// Largest inner IP packet that fits the path MTU once encapsulated: the VIP's MTU minus the
+    /// outer IP and tunnel headers (the MTU itself for L2 DSR, which adds none).
+    pub max_inner: u16,
 }
 
 impl VipState {
@@ -324,6 +330,7 @@ pub struct Builder {
     health: HashMap<IpAddr, bool>,
     neighbors: HashMap<IpAddr, MacAddr>,
     local_mac: Option<MacAddr>,
+    interface_mtu: Option<u16>,
     generation: u64,
 }
 
@@ -373,6 +380,12 @@ impl Builder {
     /// the configured `balancer.mac`.
     pub fn set_local_mac(&mut self, mac: MacAddr) -> bool {
         self.local_mac.replace(mac) != Some(mac)
+    }
+
+    /// The MTU of the interface the balancer sends on: the path MTU toward backends unless the
+    /// configuration sets `balancer.mtu` or a VIP's `mtu` (1500 when neither is known).
+    pub fn set_interface_mtu(&mut self, mtu: u16) {
+        self.interface_mtu = Some(mtu);
     }
 
     /// Current health of an address (backends start healthy).
@@ -469,6 +482,7 @@ impl Builder {
                 let bid = self.ids[&s.address];
                 member_bits[bid as usize / 64] |= 1 << (bid % 64);
             }
+            let mtu = v.mtu.or(b.mtu).or(self.interface_mtu).unwrap_or(1500);
             let mut encaps = vec![None; backends.len()];
             for s in &v.backends {
                 let bid = self.ids[&s.address];
@@ -481,11 +495,19 @@ impl Builder {
                     local,
                 );
                 // L2 DSR rewrites MACs only: its recipe must never be used as a tunnel template.
-                let template = match v.encap {
-                    EncapKind::L2Dsr => None,
-                    _ => EncapTemplate::new(&encap),
+                let (template, added) = match v.encap {
+                    EncapKind::L2Dsr => (None, 0),
+                    _ => (
+                        EncapTemplate::new(&encap),
+                        encap.overhead() - encap.l2.len(),
+                    ),
                 };
-                encaps[bid as usize] = Some(Prebuilt { encap, template });
+                let max_inner = mtu.saturating_sub(added as u16);
+                encaps[bid as usize] = Some(Prebuilt {
+                    encap,
+                    template,
+                    max_inner,
+                });
             }
             match &v.matcher {
                 VipMatch::Exact(a) => {
@@ -512,6 +534,7 @@ impl Builder {
                 drain_bits,
                 members,
                 draining: healthy.len() - selectable.len(),
+                mtu,
                 encaps,
             });
         }

@@ -89,6 +89,15 @@ outcomes! {
     ConnEvicted => "conn_evicted",
     /// Embryonic entries removed after the embryonic timeout (never confirmed).
     ConnEmbryonicExpired => "conn_embryonic_expired",
+    /// Dropped: the packet, encapsulated, would exceed the path MTU and its sender did not allow
+    /// fragmenting it (DF set, or IPv6); an ICMP error went back unless rate-limited.
+    TooBig => "drop_too_big",
+    /// ICMP "fragmentation needed" / "packet too big" errors sent to clients.
+    MtuIcmpSent => "mtu_icmp_sent",
+    /// Such errors not sent: the worker's ICMP rate limit (`balancer.icmp_rate`) was reached.
+    MtuIcmpLimited => "mtu_icmp_rate_limited",
+    /// IPv4 datagrams without DF cut into fragments that fit the path MTU.
+    MtuFragmented => "mtu_fragmented",
 }
 
 /// The counters of one worker.

@@ -29,6 +29,12 @@
 //! into a table with room costs. Above `balancer.new_conn_rate` new entries per second per worker
 //! SYNs are balanced without an entry as well. The mode and every decision are counted.
 //!
+//! Path MTU. A packet that would exceed the VIP's path MTU once encapsulated is not sent as is:
+//! an IPv4 datagram without DF is cut into fragments that fit (each encapsulated whole), anything
+//! else is dropped and answered — at most `balancer.icmp_rate` times per second per worker — with
+//! an ICMP "fragmentation needed" / "packet too big" from the VIP carrying the MTU minus the
+//! encapsulation, so the client's path MTU discovery adapts ([`fp_wire::pmtu`]).
+//!
 //! ICMP errors addressed to a VIP (e.g. "fragmentation needed" about a backend's direct-return
 //! packets) are forwarded along the connection they quote, so path MTU discovery works through the
 //! balancer.
@@ -219,6 +225,56 @@ impl Guard {
     }
 }
 
+/// The worker's ICMP "too big" rate limit: a token bucket of `balancer.icmp_rate` per second with
+/// a burst of up to [`ICMP_BURST`] (the kernel's own ICMP limits have the same shape).
+struct IcmpLimit {
+    /// Tokens per second (0: never send).
+    rate: u64,
+    /// Bucket size and content, in thousandths of a token.
+    burst_milli: u64,
+    milli: u64,
+    last_ms: u32,
+}
+
+/// Most ICMP errors a worker sends back to back.
+const ICMP_BURST: u64 = 50;
+
+impl IcmpLimit {
+    fn new(rate: u32) -> IcmpLimit {
+        let mut l = IcmpLimit {
+            rate: 0,
+            burst_milli: 0,
+            milli: u64::MAX,
+            last_ms: 0,
+        };
+        l.configure(rate);
+        l
+    }
+
+    fn configure(&mut self, rate: u32) {
+        self.rate = rate as u64;
+        self.burst_milli = self.rate.min(ICMP_BURST) * 1000;
+        self.milli = self.milli.min(self.burst_milli);
+    }
+
+    /// Take a token if there is one.
+    fn allow(&mut self, now_ms: u32) -> bool {
+        let dt = now_ms.wrapping_sub(self.last_ms) as u64;
+        self.last_ms = now_ms;
+        self.milli = (self.milli + dt * self.rate).min(self.burst_milli);
+        if self.milli >= 1000 {
+            self.milli -= 1000;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Most fragments one datagram is cut into for the path MTU (a 2 KiB frame at the smallest MTU
+/// needs 5).
+const MAX_PIECES: usize = 8;
+
 /// Per-burst scratch space, allocated once (no allocation per packet or per burst).
 struct Scratch {
     /// The packets waiting for their connection lookup, and what stage 1 learnt about each.
@@ -279,6 +335,7 @@ pub struct LbWorker {
     /// Connection-table slots (IPv4, IPv6), fixed at construction.
     slots: (usize, usize),
     guard: Guard,
+    icmp: IcmpLimit,
     tracer: Option<Box<dyn Tracer>>,
     /// Where forwarded packets leave, as a [`Stage`]: the port they came in on (`None`, a
     /// one-armed balancer) or a fixed port.
@@ -319,6 +376,7 @@ impl LbWorker {
         let idle_ms = b.conn_idle_timeout_ms;
         let slots = (conn4.stats().slots, conn6.stats().slots);
         let guard = Guard::new(b, slots);
+        let icmp = IcmpLimit::new(b.icmp_rate);
         stats.set_occupancy((0, 0), slots);
         stats.set_state(0, snap.get().generation);
         Ok(LbWorker {
@@ -339,6 +397,7 @@ impl LbWorker {
             swept_ms: 0,
             slots,
             guard,
+            icmp,
             tracer: None,
             output: None,
         })
@@ -398,6 +457,8 @@ impl LbWorker {
             // restart).
             self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
             self.guard.configure(&self.snap.get().config.balancer);
+            self.icmp
+                .configure(self.snap.get().config.balancer.icmp_rate);
             self.stats
                 .set_state(self.tables.frags.held(), self.snap.get().generation);
         }
@@ -411,6 +472,7 @@ impl LbWorker {
             ident,
             tracer,
             guard,
+            icmp,
             ..
         } = self;
         let snap: &Snapshot = snap.get();
@@ -421,6 +483,8 @@ impl LbWorker {
             pool,
             ident,
             seed: *seed,
+            icmp,
+            now_ms: (now_ns / 1_000_000) as u32,
         };
         out.stats.burst(rx.len());
         scratch.pkts.clear();
@@ -586,6 +650,8 @@ struct Emitter<'a> {
     pool: &'a mut Pool,
     ident: &'a mut u16,
     seed: u64,
+    icmp: &'a mut IcmpLimit,
+    now_ms: u32,
 }
 
 impl Emitter<'_> {
@@ -607,6 +673,10 @@ impl Emitter<'_> {
             return;
         };
         let inner_len = (l3.1 - l3.0) as u64;
+        if inner_len > pre.max_inner as u64 {
+            self.too_big(p, l3, vip, backend, key, pre.max_inner);
+            return;
+        }
         let start = p.start();
         let inner = start + l3.0 as usize..start + l3.1 as usize;
         *self.ident = self.ident.wrapping_add(1);
@@ -641,6 +711,116 @@ impl Emitter<'_> {
             c.bytes.add(inner_len);
         }
         self.tx.push(p);
+    }
+
+    /// A packet that would exceed the path MTU once encapsulated: an IPv4 datagram without DF is
+    /// cut into fragments that fit, each sent on like any packet; anything else is dropped and
+    /// answered (rate-limited) with an ICMP "fragmentation needed" / "packet too big" carrying
+    /// `max_inner`, the MTU the client should use toward the VIP.
+    #[cold]
+    #[inline(never)]
+    fn too_big(
+        &mut self,
+        mut p: Packet,
+        l3: (u16, u16),
+        vip: u32,
+        backend: u32,
+        key: &FlowKey,
+        max_inner: u16,
+    ) {
+        let start = p.start();
+        let inner = start + l3.0 as usize..start + l3.1 as usize;
+        let ip = &p.data()[l3.0 as usize..l3.1 as usize];
+        let may_fragment = ip.first().map(|b| b >> 4) == Some(4)
+            && ip.len() >= fp_wire::ipv4::HEADER_LEN
+            && ip[6] & 0x40 == 0;
+        if may_fragment {
+            self.fragment(p, l3, vip, backend, key, max_inner);
+            return;
+        }
+        let to = fp_wire::pmtu::source_of(ip);
+        self.stats.count(Outcome::TooBig, 1);
+        if !to.is_some_and(fp_wire::pmtu::may_receive_error) {
+            self.pool.put(p);
+            return;
+        }
+        if !self.icmp.allow(self.now_ms) {
+            self.stats.count(Outcome::MtuIcmpLimited, 1);
+            self.pool.put(p);
+            return;
+        }
+        *self.ident = self.ident.wrapping_add(1);
+        let frame = start..start + p.len();
+        match fp_wire::pmtu::too_big_in_place(p.buffer(), frame, inner, max_inner, *self.ident) {
+            Ok(r) => {
+                p.set_frame(r.start, r.len());
+                self.stats.count(Outcome::MtuIcmpSent, 1);
+                self.stats.count(Outcome::Tx, 1);
+                self.stats.count(Outcome::TxBytes, p.len() as u64);
+                self.tx.push(p);
+            }
+            Err(_) => self.pool.put(p),
+        }
+    }
+
+    /// Cut the IPv4 datagram at `l3` (DF clear) into fragments of at most `max_inner` bytes, each
+    /// encapsulated and sent like any packet, in order.
+    #[cold]
+    fn fragment(
+        &mut self,
+        mut p: Packet,
+        l3: (u16, u16),
+        vip: u32,
+        backend: u32,
+        key: &FlowKey,
+        max_inner: u16,
+    ) {
+        let (l2, end) = (l3.0 as usize, l3.1 as usize);
+        let plan = match fp_wire::pmtu::Fragmenter::new(&p.data()[l2..end], max_inner as usize) {
+            Ok(f) if f.count() <= MAX_PIECES => f,
+            _ => {
+                self.drop(p, Outcome::TooBig);
+                return;
+            }
+        };
+        let mut rest: [Option<(Packet, u16)>; MAX_PIECES] = std::array::from_fn(|_| None);
+        for (i, slot) in rest.iter_mut().enumerate().take(plan.count()).skip(1) {
+            let Some(mut q) = self.pool.get() else { break };
+            let qs = q.start();
+            let src = p.data();
+            let out = &mut q.buffer()[qs..];
+            out[..l2].copy_from_slice(&src[..l2]);
+            match plan.emit(&src[l2..end], i, &mut out[l2..]) {
+                Ok(n) => {
+                    q.set_frame(qs, l2 + n);
+                    *slot = Some((q, (l2 + n) as u16));
+                }
+                Err(_) => self.pool.put(q),
+            }
+        }
+        if rest
+            .iter()
+            .skip(1)
+            .take(plan.count() - 1)
+            .any(Option::is_none)
+        {
+            for (q, _) in rest.iter_mut().filter_map(Option::take) {
+                self.pool.put(q);
+            }
+            self.drop(p, Outcome::TooBig);
+            return;
+        }
+        let Ok(n) = plan.first_in_place(&mut p.data_mut()[l2..end]) else {
+            self.drop(p, Outcome::TooBig);
+            return;
+        };
+        self.stats.count(Outcome::MtuFragmented, 1);
+        let start = p.start();
+        p.set_frame(start, l2 + n);
+        self.packet(p, (l3.0, (l2 + n) as u16), vip, backend, key);
+        for (q, e) in rest.iter_mut().filter_map(Option::take) {
+            self.packet(q, (l3.0, e), vip, backend, key);
+        }
     }
 
     /// Send a fragment to the balancer that owns its datagram, GRE-encapsulated with recursion

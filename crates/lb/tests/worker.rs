@@ -1021,3 +1021,197 @@ fn frames_to_other_macs_are_dropped_on_a_live_interface() {
     assert_eq!(h.send(std::slice::from_ref(&bcast), 0).len(), 1);
     assert_eq!(h.totals().get(Outcome::OtherHost), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Path MTU: ICMP "too big" for packets that cannot be fragmented, fragments for those that can.
+
+/// A TCP segment of `payload` bytes on flow `i` to the IPv4 or IPv6 web VIP (DF set on IPv4).
+fn big_tcp(i: u32, v6: bool, payload: usize) -> Vec<u8> {
+    let mut e = flow(i);
+    if v6 {
+        e.src = format!("2001:db8:1::{:x}", i + 1).parse().unwrap();
+        e.dst = "2001:db8::10".parse().unwrap();
+    }
+    craft::tcp_with(&e, &vec![0x5a; payload])
+}
+
+/// The outer IP packet length of an Ethernet + IPv4 frame.
+fn outer_ip_len(frame: &[u8]) -> usize {
+    u16::from_be_bytes([frame[16], frame[17]]) as usize
+}
+
+#[test]
+fn a_df_packet_too_big_for_the_tunnel_gets_frag_needed_with_the_inner_mtu() {
+    let mut h = Harness::new(&FIVE);
+    // 1500 bytes of IP + 24 of GRE and outer IPv4 would be 1524: too big for 1500.
+    let frame = big_tcp(1, false, 1460);
+    let out = h.send(std::slice::from_ref(&frame), 1_000_000);
+    assert_eq!(out.len(), 1);
+    let icmp = &out[0];
+    // Back to where it came from: MACs swapped.
+    assert_eq!(&icmp[0..6], &frame[6..12]);
+    assert_eq!(&icmp[6..12], &frame[0..6]);
+    let ip = fp_wire::ipv4::Ipv4Packet::new_checked(&icmp[14..]).unwrap();
+    assert!(ip.verify_checksum());
+    assert_eq!(
+        IpAddr::V4(ip.src_addr()),
+        "203.0.113.10".parse::<IpAddr>().unwrap()
+    );
+    assert_eq!(IpAddr::V4(ip.dst_addr()), flow(1).src);
+    let m = fp_wire::icmp::Icmpv4Packet::new_checked(ip.payload()).unwrap();
+    assert!(m.verify_checksum());
+    assert_eq!((m.msg_type(), m.code(), m.next_hop_mtu()), (3, 4, 1476));
+    assert_eq!(m.body(), &frame[14..14 + 576 - 28], "the quoted packet");
+    // An independent decoder reads the same message.
+    let pkt = etherparse::SlicedPacket::from_ethernet(icmp).unwrap();
+    match pkt.transport {
+        Some(etherparse::TransportSlice::Icmpv4(s)) => match s.icmp_type() {
+            etherparse::Icmpv4Type::DestinationUnreachable(
+                etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu },
+            ) => assert_eq!(next_hop_mtu, 1476),
+            other => panic!("etherparse reads {other:?}"),
+        },
+        other => panic!("etherparse reads {other:?}"),
+    }
+    let t = h.totals();
+    assert_eq!(
+        (t.get(Outcome::TooBig), t.get(Outcome::MtuIcmpSent)),
+        (1, 1)
+    );
+    // The MTU it names fits: 1476 bytes go through, encapsulated to exactly 1500.
+    let fits = big_tcp(1, false, 1436);
+    let out = h.send(&[fits], 2_000_000);
+    assert_eq!(out.len(), 1);
+    assert_eq!(outer_ip_len(&out[0]), 1500);
+    assert_eq!(h.totals().get(Outcome::TooBig), 1);
+}
+
+#[test]
+fn an_ipv6_packet_too_big_gets_packet_too_big_from_the_vip() {
+    let mut h = Harness::new(&FIVE);
+    let frame = big_tcp(2, true, 1440);
+    let out = h.send(std::slice::from_ref(&frame), 1_000_000);
+    assert_eq!(out.len(), 1);
+    let pkt = etherparse::SlicedPacket::from_ethernet(&out[0]).unwrap();
+    let Some(etherparse::NetSlice::Ipv6(ip)) = &pkt.net else {
+        panic!("not IPv6: {:?}", pkt.net)
+    };
+    assert_eq!(
+        ip.header().source_addr(),
+        "2001:db8::10".parse::<std::net::Ipv6Addr>().unwrap()
+    );
+    assert_eq!(
+        ip.header().destination_addr(),
+        "2001:db8:1::3".parse::<std::net::Ipv6Addr>().unwrap()
+    );
+    match pkt.transport {
+        Some(etherparse::TransportSlice::Icmpv6(s)) => {
+            assert_eq!(
+                s.icmp_type(),
+                etherparse::Icmpv6Type::PacketTooBig { mtu: 1476 }
+            );
+            let h6 = ip.header().to_header();
+            assert_eq!(
+                s.header().checksum,
+                s.icmp_type()
+                    .calc_checksum(h6.source, h6.destination, s.payload())
+                    .unwrap()
+            );
+            assert_eq!(s.payload(), &frame[14..14 + 1280 - 48]);
+        }
+        other => panic!("etherparse reads {other:?}"),
+    }
+}
+
+#[test]
+fn a_datagram_without_df_is_fragmented_to_fit_and_reassembles() {
+    let mut h = Harness::new(&FIVE);
+    let e = Endpoints::new("198.51.100.9", 5353, "203.0.113.53", 53);
+    let mut frame = craft::udp(&e, 1472);
+    frame[14 + 6] &= !0x40; // clear DF
+    fp_wire::ipv4::Ipv4Packet::new_unchecked(&mut frame[14..34]).fill_checksum();
+    let out = h.send(std::slice::from_ref(&frame), 1_000_000);
+    assert_eq!(out.len(), 2, "two fragments, each encapsulated");
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::MtuFragmented), 1);
+    assert_eq!(t.get(Outcome::TooBig), 0);
+    let mut payload = vec![0u8; 1480];
+    let mut covered = 0;
+    for (k, f) in out.iter().enumerate() {
+        assert!(
+            outer_ip_len(f) <= 1500,
+            "fragment {k}: {} bytes",
+            outer_ip_len(f)
+        );
+        assert_eq!(backend_of(f), backend_of(&out[0]), "one backend");
+        let inner = inner_ip(f);
+        let p = fp_wire::ipv4::Ipv4Packet::new_checked(&inner[..]).unwrap();
+        assert!(p.verify_checksum());
+        assert_eq!(p.more_frags(), k == 0);
+        let off = p.frag_offset() as usize;
+        payload[off..off + p.payload().len()].copy_from_slice(p.payload());
+        covered += p.payload().len();
+    }
+    assert_eq!(covered, 1480);
+    assert_eq!(&payload[..], &frame[34..]);
+}
+
+#[test]
+fn icmp_errors_are_rate_limited_per_worker() {
+    let mut h = Harness::with(&FIVE, |t| {
+        t.replace("seed = 42", "seed = 42\nicmp_rate = 20")
+    });
+    let frames: Vec<Vec<u8>> = (0..100).map(|i| big_tcp(i, false, 1460)).collect();
+    let out = h.send(&frames, 1_000_000_000);
+    assert_eq!(
+        out.len(),
+        20,
+        "a burst of 20 (the rate, under the cap of 50)"
+    );
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::TooBig), 100);
+    assert_eq!(t.get(Outcome::MtuIcmpLimited), 80);
+    // Half a second refills 10.
+    let out = h.send(&frames, 1_500_000_000);
+    assert_eq!(out.len(), 10);
+    // Rate 0 sends none.
+    let mut h = Harness::with(&FIVE, |t| {
+        t.replace("seed = 42", "seed = 42\nicmp_rate = 0")
+    });
+    assert!(h.send(&frames[..5], 1_000_000_000).is_empty());
+    assert_eq!(h.totals().get(Outcome::MtuIcmpLimited), 5);
+}
+
+#[test]
+fn the_mtu_comes_from_the_vip_then_the_balancer_then_the_interface() {
+    let frame = big_tcp(3, false, 1460);
+    // A jumbo path: nothing is too big.
+    let mut h = Harness::with(&FIVE, |t| t.replace("seed = 42", "seed = 42\nmtu = 9000"));
+    let out = h.send(std::slice::from_ref(&frame), 1_000_000);
+    assert_eq!(outer_ip_len(&out[0]), 1524);
+    // A VIP's own MTU wins over the balancer's.
+    let mut h = Harness::with(&FIVE, |t| {
+        t.replace("seed = 42", "seed = 42\nmtu = 9000").replacen(
+            "port = 80\n",
+            "port = 80\nmtu = 1400\n",
+            1,
+        )
+    });
+    let out = h.send(std::slice::from_ref(&frame), 1_000_000);
+    let m = fp_wire::icmp::Icmpv4Packet::new_checked(&out[0][34..]).unwrap();
+    assert_eq!(m.next_hop_mtu(), 1376);
+    // Without either, the interface's.
+    let mut builder = Builder::new();
+    builder.set_interface_mtu(1600);
+    let snap = builder.build(config(&FIVE)).unwrap();
+    assert_eq!(snap.vips[0].mtu, 1600);
+    let published = Arc::new(Published::new(Arc::new(snap)));
+    let mut w = LbWorker::new(0, published, 7).unwrap();
+    let mut pool = Pool::new(64);
+    let (mut rx, mut tx) = (burst(), burst());
+    let mut p = pool.get().unwrap();
+    p.fill(&frame);
+    rx.push(p);
+    w.process(&mut rx, &mut tx, &mut pool, 1_000_000);
+    assert_eq!(outer_ip_len(tx[0].data()), 1524);
+}

@@ -105,6 +105,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6ext;
 pub mod offload;
+pub mod pmtu;
 pub mod summary;
 pub mod tcp;
 pub mod udp;
