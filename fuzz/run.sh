@@ -18,13 +18,16 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --version 0.13.2 --locked --quiet
 fi
 python3 seeds/make_seeds.py >/dev/null
-for t in summary etherparse_diff roundtrip checksum encap; do
+for t in summary etherparse_diff roundtrip checksum encap pmtu; do
   mkdir -p "corpus/$t"
 done
 for f in seeds/frames/*; do
   n=$(basename "$f")
   cp "$f" "corpus/etherparse_diff/$n"
   cp "$f" "corpus/checksum/$n"
+  # pmtu: two MTU bytes (1476 and 576), then the frame from its L3 header on.
+  { printf '\x05\x80'; tail -c +15 "$f"; } >"corpus/pmtu/$n.1476"
+  { printf '\x01\xfc'; tail -c +15 "$f"; } >"corpus/pmtu/$n.576"
   { printf '\x00'; cat "$f"; } >"corpus/summary/$n"        # knob 0: checksum verified
   { printf '\x01'; cat "$f"; } >"corpus/summary/$n.nocsum"  # knob 1: not verified
   # roundtrip: one seed per format selector, over the frame from its L3 header on.
@@ -45,7 +48,7 @@ done
 cargo +nightly fuzz build
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for t in summary etherparse_diff roundtrip checksum encap; do
+for t in summary etherparse_diff roundtrip checksum encap pmtu; do
   echo "=== $t (${SECONDS_EACH}s)"
   rm -rf "artifacts/$t"
   rc=0

@@ -37,7 +37,7 @@ LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-setsep --test loom_update
 
 step "fuzzing"
-# The five fp-wire fuzz targets, 20 s each from the stored seeds; any crash, leak, timeout or
+# The six fp-wire fuzz targets, 20 s each from the stored seeds; any crash, leak, timeout or
 # out-of-memory input fails the suite (fuzz/run.sh installs nightly and cargo-fuzz when missing).
 fuzz/run.sh 20
 

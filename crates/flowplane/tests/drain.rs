@@ -259,6 +259,7 @@ fn run_driver(driver: &str, drain: B2) {
                 decap: "gre",
                 backend_args: &|_| Vec::new(),
                 backends: 3,
+                nginx_server: "",
             }
             .build()
         },

@@ -208,6 +208,7 @@ fn build(tag: &str) -> Result<Lab> {
         decap: "gre,ipip",
         backend_args: &|_| Vec::new(),
         backends: 3,
+        nginx_server: "",
     }
     .build_dual_stack()
 }

@@ -186,6 +186,7 @@ fn build_lab(tag: &str) -> Result<Lab> {
         decap: "gre,ipip,vxlan",
         backend_args: &|i| vec!["--vxlan-mac".to_string(), vxlan_mac(i)],
         backends: 4,
+        nginx_server: "",
     }
     .build()
 }

@@ -372,6 +372,7 @@ fn run_driver(driver: &str) {
                 decap: "gre",
                 backend_args: &|_| Vec::new(),
                 backends: 4,
+                nginx_server: "",
             }
             .build()
         },

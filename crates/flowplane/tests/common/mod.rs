@@ -98,6 +98,8 @@ pub struct LabSpec<'a> {
     pub backend_args: &'a dyn Fn(usize) -> Vec<String>,
     /// Backends b1..bN (each with nginx answering "backend i").
     pub backends: usize,
+    /// More nginx `server` directives on every backend (e.g. a location accepting uploads).
+    pub nginx_server: &'a str,
 }
 
 /// No IPv6 in a namespace: no DAD / solicited-node delays, no ND/MLD frames in the balancer's
@@ -318,9 +320,9 @@ fn build_lab(spec: &LabSpec<'_>, dual: bool) -> Result<Lab> {
         let nginx = ns.nginx(&NginxConfig {
             body: format!("{}\n", body_of(i)),
             extra_server: if dual {
-                "    listen [::]:80 reuseport;".to_string()
+                format!("    listen [::]:80 reuseport;\n{}", spec.nginx_server)
             } else {
-                String::new()
+                spec.nginx_server.to_string()
             },
             ..Default::default()
         })?;
