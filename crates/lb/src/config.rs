@@ -144,6 +144,30 @@ pub struct BackendSpec {
     pub drain: bool,
     /// Backend MAC, for L2 DSR and as the inner destination of VXLAN.
     pub mac: Option<MacAddr>,
+    /// The server id this backend puts in the QUIC connection IDs it issues (QUIC VIPs route
+    /// short-header packets carrying it here, whatever their addresses and ports).
+    pub quic_id: Option<u32>,
+}
+
+/// Where a QUIC VIP finds the server id in a short-header packet's destination connection ID: `len`
+/// bytes (big-endian) from byte `offset` of the connection ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuicIdLayout {
+    /// First byte of the id within the connection ID.
+    pub offset: u8,
+    /// Its length in bytes (1 to 4).
+    pub len: u8,
+}
+
+impl QuicIdLayout {
+    /// Largest server id the layout can carry.
+    pub const fn max_id(&self) -> u32 {
+        if self.len >= 4 {
+            u32::MAX
+        } else {
+            (1u32 << (8 * self.len as u32)) - 1
+        }
+    }
 }
 
 /// How a VIP matches destination addresses.
@@ -181,6 +205,8 @@ pub struct VipSpec {
     pub pools: Vec<String>,
     /// IP MTU toward this VIP's backends, if it differs from the balancer's (`vip.mtu`).
     pub mtu: Option<u16>,
+    /// QUIC connection-ID routing (`vip.quic`): where short-header packets carry the server id.
+    pub quic: Option<QuicIdLayout>,
 }
 
 /// A validated pool (kept for health checking).
@@ -375,6 +401,9 @@ struct RawVip {
     encap: Option<String>,
     vni: Option<u32>,
     mtu: Option<u64>,
+    quic: Option<bool>,
+    quic_id_offset: Option<u8>,
+    quic_id_len: Option<u8>,
 }
 
 #[derive(Deserialize)]
@@ -396,6 +425,7 @@ struct RawBackend {
     weight: Option<u32>,
     drain: Option<bool>,
     mac: Option<String>,
+    quic_id: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -649,12 +679,19 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             if name.is_empty() {
                 return Err(err(format!("{f}.name"), "must not be empty"));
             }
+            if rb.quic_id == Some(0) {
+                return Err(err(
+                    format!("{f}.quic_id"),
+                    "0 is not a server id (it marks connection IDs that carry none)",
+                ));
+            }
             v.push(BackendSpec {
                 address,
                 name,
                 weight,
                 drain,
                 mac,
+                quic_id: rb.quic_id,
             });
         }
         direct.push(v);
@@ -855,6 +892,7 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             pool_names.extend(n);
         }
         let backends = dedup(&f, backends)?;
+        let quic = quic_layout(&f, v, protocol, &backends)?;
         if backends.is_empty() {
             return Err(err(format!("{f}.pools"), "the pools hold no backend"));
         }
@@ -921,6 +959,7 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             backends,
             pools: pool_names,
             mtu: vip_mtu,
+            quic,
         });
     }
     if vips.len() > max_vips {
@@ -1077,7 +1116,8 @@ fn dedup(field: &str, v: Vec<BackendSpec>) -> Result<Vec<BackendSpec>, ConfigErr
                 return Err(err(
                     field,
                     format!(
-                        "backend {} appears twice with different name, weight, drain or mac",
+                        "backend {} appears twice with different name, weight, drain, mac or \
+                         quic_id",
                         b.address
                     ),
                 ))
@@ -1096,6 +1136,69 @@ fn dedup(field: &str, v: Vec<BackendSpec>) -> Result<Vec<BackendSpec>, ConfigErr
         }
     }
     Ok(out)
+}
+
+/// A VIP's QUIC routing: `quic = true` on a UDP VIP, the id layout within the connection ID
+/// (default 2 bytes from byte 1), and server ids that fit it and are unique among its backends.
+fn quic_layout(
+    f: &str,
+    v: &RawVip,
+    protocol: IpProtocol,
+    backends: &[BackendSpec],
+) -> Result<Option<QuicIdLayout>, ConfigError> {
+    if v.quic != Some(true) {
+        for (field, set) in [
+            ("quic_id_offset", v.quic_id_offset.is_some()),
+            ("quic_id_len", v.quic_id_len.is_some()),
+        ] {
+            if set {
+                return Err(err(format!("{f}.{field}"), "only with quic = true"));
+            }
+        }
+        return Ok(None);
+    }
+    if protocol != IpProtocol::UDP {
+        return Err(err(
+            format!("{f}.quic"),
+            "QUIC runs over UDP: needs protocol = \"udp\"",
+        ));
+    }
+    let len = v.quic_id_len.unwrap_or(2);
+    if !(1..=4).contains(&len) {
+        return Err(err(
+            format!("{f}.quic_id_len"),
+            format!("{len} is not in 1..=4"),
+        ));
+    }
+    let offset = v.quic_id_offset.unwrap_or(1);
+    // A connection ID has at most 20 bytes (RFC 9000 §17.2).
+    if offset as usize + len as usize > 20 {
+        return Err(err(
+            format!("{f}.quic_id_offset"),
+            format!("{offset} + quic_id_len {len} is beyond a 20-byte connection ID"),
+        ));
+    }
+    let layout = QuicIdLayout { offset, len };
+    let mut seen = HashMap::new();
+    for b in backends {
+        let Some(id) = b.quic_id else { continue };
+        if id > layout.max_id() {
+            return Err(err(
+                format!("{f}.quic_id_len"),
+                format!(
+                    "backend {}'s quic_id {id} does not fit in {len} bytes",
+                    b.address
+                ),
+            ));
+        }
+        if let Some(other) = seen.insert(id, b.address) {
+            return Err(err(
+                format!("{f}.pools"),
+                format!("backends {other} and {} share quic_id {id}", b.address),
+            ));
+        }
+    }
+    Ok(Some(layout))
 }
 
 fn health(f: &str, h: &RawHealth) -> Result<HealthCheck, ConfigError> {

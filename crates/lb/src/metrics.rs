@@ -367,6 +367,21 @@ pub fn render(v: &MetricsView<'_>) -> String {
         o.sample("flowplane_mtu_total", &[("action", action)], outcome(key));
     }
     o.family(
+        "flowplane_quic_cid_total",
+        Kind::Counter,
+        "QUIC short-header packets to VIPs with quic = true, by result: routed to the backend named by the server id in their connection ID, or the id unknown (or its backend down) and routed by their flow.",
+    );
+    for (result, key) in [
+        ("routed", "quic_cid_routed"),
+        ("unknown", "quic_cid_unknown"),
+    ] {
+        o.sample(
+            "flowplane_quic_cid_total",
+            &[("result", result)],
+            outcome(key),
+        );
+    }
+    o.family(
         "flowplane_fragments_total",
         Kind::Counter,
         "IP fragments by action: forwarded with their datagram's decision, held until the first fragment arrives, redirected to the balancer that owns their datagram, or received as that owner.",
@@ -404,7 +419,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
         v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
-    const KNOWN: [&str; 23] = [
+    const KNOWN: [&str; 25] = [
         "rx",
         "tx",
         "rx_bytes",
@@ -428,6 +443,8 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "mtu_icmp_sent",
         "mtu_icmp_rate_limited",
         "mtu_fragmented",
+        "quic_cid_routed",
+        "quic_cid_unknown",
     ];
     let other: Vec<(usize, &Outcome)> = Outcome::ALL
         .iter()

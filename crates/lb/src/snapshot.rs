@@ -72,8 +72,49 @@ pub struct VipState {
     /// IP MTU of the path toward the backends (`vip.mtu`, `balancer.mtu`, the interface's, or
     /// 1500).
     pub mtu: u16,
+    /// QUIC connection-ID routing, on a VIP with `quic = true`.
+    pub quic: Option<QuicRoute>,
     /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
     encaps: Vec<Option<Prebuilt>>,
+}
+
+/// A QUIC VIP's routing by server id: where the id lies in a short-header packet's destination
+/// connection ID, and which backend (id) each configured server id names.
+#[derive(Debug)]
+pub struct QuicRoute {
+    /// The id's place in the connection ID.
+    pub layout: crate::config::QuicIdLayout,
+    ids: FastMap<u32, u32>,
+}
+
+impl QuicRoute {
+    /// The backend a QUIC packet (the UDP payload) is addressed to by its connection ID: found
+    /// only for a short-header packet whose server id is configured; a long header (the
+    /// handshake, routed by its flow) is [`QuicMiss::NotShort`], a payload too short to hold the
+    /// id or an id no backend has is [`QuicMiss::UnknownId`].
+    #[inline]
+    pub fn backend(&self, udp_payload: &[u8]) -> Result<u32, QuicMiss> {
+        let first = *udp_payload.first().ok_or(QuicMiss::NotShort)?;
+        // Header form 0 (short) with the fixed bit set (RFC 9000 §17.3).
+        if first & 0xC0 != 0x40 {
+            return Err(QuicMiss::NotShort);
+        }
+        let start = 1 + self.layout.offset as usize;
+        let bytes = udp_payload
+            .get(start..start + self.layout.len as usize)
+            .ok_or(QuicMiss::UnknownId)?;
+        let id = bytes.iter().fold(0u32, |a, &b| a << 8 | b as u32);
+        self.ids.get(&id).copied().ok_or(QuicMiss::UnknownId)
+    }
+}
+
+/// Why [`QuicRoute::backend`] names no backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuicMiss {
+    /// A long-header packet (or not QUIC at all): routed by its flow.
+    NotShort,
+    /// A short-header packet whose server id no backend of the VIP has.
+    UnknownId,
 }
 
 /// The outer headers toward one backend: the general recipe, and its precomputed template when
@@ -483,6 +524,14 @@ impl Builder {
                 member_bits[bid as usize / 64] |= 1 << (bid % 64);
             }
             let mtu = v.mtu.or(b.mtu).or(self.interface_mtu).unwrap_or(1500);
+            let quic = v.quic.map(|layout| QuicRoute {
+                layout,
+                ids: v
+                    .backends
+                    .iter()
+                    .filter_map(|s| s.quic_id.map(|q| (q, self.ids[&s.address])))
+                    .collect(),
+            });
             let mut encaps = vec![None; backends.len()];
             for s in &v.backends {
                 let bid = self.ids[&s.address];
@@ -535,6 +584,7 @@ impl Builder {
                 members,
                 draining: healthy.len() - selectable.len(),
                 mtu,
+                quic,
                 encaps,
             });
         }

@@ -98,6 +98,12 @@ outcomes! {
     MtuIcmpLimited => "mtu_icmp_rate_limited",
     /// IPv4 datagrams without DF cut into fragments that fit the path MTU.
     MtuFragmented => "mtu_fragmented",
+    /// QUIC short-header packets sent to the backend named by the server id in their connection
+    /// ID (QUIC VIPs), whatever their 5-tuple.
+    QuicRouted => "quic_cid_routed",
+    /// QUIC short-header packets whose server id no backend of the VIP has, or whose backend is
+    /// down: routed by their flow like any packet.
+    QuicUnknownId => "quic_cid_unknown",
 }
 
 /// The counters of one worker.

@@ -35,20 +35,24 @@
 //! an ICMP "fragmentation needed" / "packet too big" from the VIP carrying the MTU minus the
 //! encapsulation, so the client's path MTU discovery adapts ([`fp_wire::pmtu`]).
 //!
+//! QUIC. On a VIP with `quic = true`, a short-header packet whose destination connection ID
+//! carries a configured server id goes to that backend in stage 1, without a connection lookup
+//! ([`crate::snapshot::QuicRoute`]): a client whose address or port changed keeps its server.
+//!
 //! ICMP errors addressed to a VIP (e.g. "fragmentation needed" about a backend's direct-return
 //! packets) are forwarded along the connection they quote, so path MTU discovery works through the
 //! balancer.
 
 use crate::config::EncapKind;
 use crate::frag::{Decision, FragAction, FragTable, Piece};
-use crate::snapshot::{Cached, Published, Snapshot};
+use crate::snapshot::{Cached, Published, QuicMiss, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
 use fp_cuckoo::{Config as TableConfig, GeneralMap, InsertError, Layout, Placed, Writer};
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_wire::ip::IpProtocol;
 use fp_wire::tcp::TcpFlags;
-use fp_wire::{FlowKey, FragmentKey, PacketSummary};
+use fp_wire::{FlowKey, FragmentKey, L4Kind, PacketSummary};
 use std::sync::Arc;
 
 type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
@@ -930,6 +934,23 @@ fn classify(
         out.drop(p, Outcome::NonVip);
         return;
     };
+    // QUIC VIPs: a short-header packet goes to the server its connection ID names, whatever its
+    // addresses and ports (a client that moved keeps its server), with no connection entry.
+    if let Some(q) = &snap.vips[vip as usize].quic {
+        if s.l4 == L4Kind::Udp && s.fragment.is_none() {
+            let l4 = s.l4_offset as usize;
+            let payload = p.data().get(l4 + 8..l4 + s.l4_len as usize).unwrap_or(&[]);
+            match q.backend(payload) {
+                Ok(b) if snap.vips[vip as usize].serves(b) => {
+                    stats.count(Outcome::QuicRouted, 1);
+                    out.packet(p, l3_of(s), vip, b, &key);
+                    return;
+                }
+                Ok(_) | Err(QuicMiss::UnknownId) => stats.count(Outcome::QuicUnknownId, 1),
+                Err(QuicMiss::NotShort) => {}
+            }
+        }
+    }
     let slot = match &key {
         FlowKey::V4(k) => {
             scratch.keys4.push(k.to_bytes());

@@ -1215,3 +1215,132 @@ fn the_mtu_comes_from_the_vip_then_the_balancer_then_the_interface() {
     w.process(&mut rx, &mut tx, &mut pool, 1_000_000);
     assert_eq!(outer_ip_len(tx[0].data()), 1524);
 }
+
+// ---------------------------------------------------------------------------------------------
+// QUIC connection-ID routing.
+
+/// The base configuration with a QUIC VIP (203.0.113.44:443/udp) and server ids 1..=5 on the five
+/// backends, the id in 2 bytes from byte 1 of the connection ID.
+fn quic_harness() -> Harness {
+    Harness::with(&FIVE, |t| {
+        let mut t = t.replace(
+            "[[pool]]",
+            "[[vip]]\nname = \"quic\"\naddress = \"203.0.113.44\"\nport = 443\nprotocol = \"udp\"\n\
+             pools = [\"web\"]\nquic = true\n\n[[pool]]",
+        );
+        for (i, b) in FIVE.iter().enumerate() {
+            t = t.replace(
+                &format!("{{ address = \"{b}\" }}"),
+                &format!("{{ address = \"{b}\", quic_id = {} }}", i + 1),
+            );
+        }
+        t
+    })
+}
+
+/// A QUIC packet on flow `i` to the QUIC VIP: a short header whose destination connection ID
+/// carries `server_id` in bytes 1..3, or a long header (Initial) when `server_id` is `None`.
+fn quic_packet(i: u32, server_id: Option<u16>) -> Vec<u8> {
+    let mut e = flow(i);
+    e.dst = "203.0.113.44".parse().unwrap();
+    e.dport = 443;
+    let mut payload = vec![0u8; 60];
+    match server_id {
+        Some(id) => {
+            payload[0] = 0x40 | (i as u8 & 0x1f); // short header, fixed bit
+            payload[1] = 0x80 ^ i as u8; // connection ID byte 0: the server's own use
+            payload[2..4].copy_from_slice(&id.to_be_bytes());
+            payload[4..8].copy_from_slice(&i.to_be_bytes());
+        }
+        None => {
+            payload[0] = 0xc0; // long header, Initial
+            payload[1..5].copy_from_slice(&1u32.to_be_bytes());
+        }
+    }
+    craft::udp_with(&e, &payload)
+}
+
+#[test]
+fn quic_short_headers_go_to_the_server_their_connection_id_names() {
+    let mut h = quic_harness();
+    // 500 different 5-tuples (a client moving between addresses and ports) per server id.
+    for id in 1..=5u16 {
+        let frames: Vec<Vec<u8>> = (0..500)
+            .map(|i| quic_packet(i * 7 + id as u32, Some(id)))
+            .collect();
+        let out = h.send(&frames, 1_000_000);
+        assert_eq!(out.len(), 500);
+        let want: IpAddr = FIVE[id as usize - 1].parse().unwrap();
+        assert!(out.iter().all(|f| backend_of(f) == want), "server id {id}");
+    }
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::QuicRouted), 2500);
+    // Routed without connection entries.
+    assert_eq!(t.get(Outcome::ConnInsert), 0);
+    assert_eq!(h.worker.connections(), (0, 0));
+}
+
+#[test]
+fn quic_long_headers_and_unknown_ids_follow_the_flow() {
+    let mut h = quic_harness();
+    let mut moved = 0;
+    for i in 0..300u32 {
+        // The handshake (long header) and a short header with an id no backend has go where the
+        // flow goes: the connection table / Maglev.
+        let long = h.send(&[quic_packet(i, None)], 1_000_000);
+        let unknown = h.send(&[quic_packet(i, Some(999))], 1_000_000);
+        assert_eq!(backend_of(&long[0]), backend_of(&unknown[0]), "flow {i}");
+        // The same flow, short header with server id 3: backend 3 whatever the flow hash says.
+        let routed = h.send(&[quic_packet(i, Some(3))], 1_000_000);
+        assert_eq!(backend_of(&routed[0]), FIVE[2].parse::<IpAddr>().unwrap());
+        moved += (backend_of(&routed[0]) != backend_of(&long[0])) as u32;
+    }
+    assert!(
+        moved > 150,
+        "only {moved} of 300 flows hash away from backend 3"
+    );
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::QuicUnknownId), 300);
+    assert_eq!(t.get(Outcome::QuicRouted), 300);
+    // A server id whose backend is down falls back to the flow too.
+    h.set_health(FIVE[2], false);
+    let out = h.send(&[quic_packet(1, Some(3))], 2_000_000);
+    assert_ne!(backend_of(&out[0]), FIVE[2].parse::<IpAddr>().unwrap());
+    assert_eq!(h.totals().get(Outcome::QuicUnknownId), 301);
+}
+
+#[test]
+fn quic_configuration_errors_name_the_field() {
+    let base = |vip_extra: &str, backend_extra: &str, proto: &str| {
+        format!(
+            "[balancer]\naddress = \"10.0.0.2\"\n[[vip]]\nname = \"q\"\naddress = \"203.0.113.44\"\n\
+             port = 443\nprotocol = \"{proto}\"\npools = [\"p\"]\n{vip_extra}\n[[pool]]\nname = \"p\"\n\
+             backends = [{{ address = \"10.0.1.1\"{backend_extra} }}, {{ address = \"10.0.1.2\", quic_id = 2 }}]\n"
+        )
+    };
+    assert!(LbConfig::from_toml(&base("quic = true", ", quic_id = 1", "udp")).is_ok());
+    for (text, field) in [
+        (base("quic = true", ", quic_id = 1", "tcp"), "vip[0].quic"),
+        (
+            base("quic = true\nquic_id_len = 5", "", "udp"),
+            "vip[0].quic_id_len",
+        ),
+        (
+            base("quic = true\nquic_id_offset = 19", "", "udp"),
+            "vip[0].quic_id_offset",
+        ),
+        (base("quic_id_len = 1", "", "udp"), "vip[0].quic_id_len"),
+        (
+            base("quic = true\nquic_id_len = 1", ", quic_id = 256", "udp"),
+            "vip[0].quic_id_len",
+        ),
+        (base("quic = true", ", quic_id = 2", "udp"), "vip[0].pools"),
+        (
+            base("quic = true", ", quic_id = 0", "udp"),
+            "pool \"p\".backends[0].quic_id",
+        ),
+    ] {
+        let e = LbConfig::from_toml(&text).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+}
