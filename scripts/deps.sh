@@ -28,6 +28,8 @@ have bird || need+=(bird2)  # BGP speaker: the VIP announcer (fp-control announc
 have prometheus || need+=(prometheus)
 have systemd-analyze || need+=(systemd)
 have setpriv || need+=(util-linux)
+# The QUIC test peers run on aioquic (PyPI) in the project's own virtual environment.
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -40,4 +42,13 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# aioquic for the QUIC connection-ID routing test (crates/flowplane/tests/quic.rs looks for this
+# interpreter), pinned, in target/py (removed by `cargo clean`; this script makes it again).
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/py"
+if ! "$venv/bin/python3" -c 'import aioquic' >/dev/null 2>&1; then
+  echo "deps.sh: installing aioquic into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check aioquic==1.7.2
 fi
