@@ -29,7 +29,9 @@
 //!    route cache flushed), so its segments leave without DF; another upload to the IPv4 GRE VIP
 //!    completes byte for byte, the balancer having fragmented the datagrams
 //!    (`flowplane_mtu_total{action="fragmented"}` grew) and the backend reassembled them.
-//! 5. No TCP checksum errors on the backends; SIGTERM: exit 0.
+//! 5. `/status` shows each VIP's path MTU, 1500 from the balancer's interface; after
+//!    `ip link set eth0 mtu 1400` on the balancer it shows 1400 within a few seconds.
+//! 6. No TCP checksum errors on the backends; SIGTERM: exit 0.
 //!
 //! The tests serialise themselves (one lab at a time). Run with `cargo test -p flowplane --test
 //! mtu -- --nocapture` to see each step. They need root, nginx (with its WebDAV module), curl and
@@ -41,7 +43,7 @@ use anyhow::{ensure, Context, Result};
 use common::*;
 use fp_testnet::Proc;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One VIP of the test.
 struct Case {
@@ -302,7 +304,33 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     }
     step("upload without DF", t0);
 
-    // ---- 5. backends' kernels, shutdown --------------------------------------------------------
+    // ---- 5. the path MTU follows the interface's ----------------------------------------------
+    let r = (|| -> Result<()> {
+        let (_, status) = admin(lb, "GET", "/status")?;
+        ensure!(
+            status.contains("vip \"gre4\": ") && status.contains("; path MTU 1500"),
+            "/status does not show path MTU 1500 (the interface's):\n{status}"
+        );
+        lb.ip(&["link", "set", "eth0", "mtu", "1400"])?;
+        let seen = wait_for(
+            "/status to show the interface's new MTU",
+            Duration::from_secs(5),
+            || {
+                let (_, s) = admin(lb, "GET", "/status")?;
+                Ok(s.lines()
+                    .any(|l| l.starts_with("vip \"gre4\"") && l.ends_with("path MTU 1400"))
+                    .then_some(()))
+            },
+        );
+        lb.ip(&["link", "set", "eth0", "mtu", "1500"])?;
+        seen
+    })();
+    if let Err(e) = r {
+        failures.push(format!("interface MTU: {e:#}"));
+    }
+    step("the path MTU follows the interface's", t0);
+
+    // ---- 6. backends' kernels, shutdown --------------------------------------------------------
     for (b, start) in lab.backends.iter().zip(&snmp_start) {
         let e = delta(start, &snmp(&b.ns)?, "TcpInCsumErrors");
         if e != 0 {

@@ -99,6 +99,15 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
             format!(" and above {} new connections/s per worker", b.new_conn_rate)
         }
     );
+    let _ = writeln!(
+        s,
+        "  path MTU: {}; ICMP too-big errors at most {}/s per worker",
+        match b.mtu {
+            Some(m) => format!("{m}"),
+            None => "the interface's (1500 when not live)".into(),
+        },
+        b.icmp_rate
+    );
     let _ = writeln!(s, "vips: {}", cfg.vips.len());
     for (v, state) in cfg.vips.iter().zip(&snap.vips) {
         let matcher = match &v.matcher {
@@ -117,9 +126,22 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
             Some(t) => format!("Maglev table digest {:016x}", t.digest()),
             None => "no Maglev table (no backend)".into(),
         };
+        let mut extra = String::new();
+        if let Some(m) = v.mtu {
+            extra += &format!(", path MTU {m}");
+        }
+        if let Some(q) = v.quic {
+            let ids = v.backends.iter().filter(|b| b.quic_id.is_some()).count();
+            extra += &format!(
+                ", QUIC: server id in bytes {}..{} of the connection ID ({ids} backend(s) with \
+                 a quic_id)",
+                q.offset,
+                q.offset + q.len
+            );
+        }
         let _ = writeln!(
             s,
-            "  vip {:?}: {matcher} {port}/{}, encap {}, pools [{}], {} backend(s), {table}",
+            "  vip {:?}: {matcher} {port}/{}, encap {}, pools [{}], {} backend(s), {table}{extra}",
             v.name,
             crate::metrics::proto_text(v.protocol),
             v.encap,
@@ -155,7 +177,7 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
         for be in &p.backends {
             let _ = writeln!(
                 s,
-                "    backend {} name {:?} weight {}{}{}",
+                "    backend {} name {:?} weight {}{}{}{}",
                 be.address,
                 be.name,
                 be.weight,
@@ -164,7 +186,9 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
                 } else {
                     ""
                 },
-                be.mac.map_or(String::new(), |m| format!(" mac {m}"))
+                be.mac.map_or(String::new(), |m| format!(" mac {m}")),
+                be.quic_id
+                    .map_or(String::new(), |q| format!(" quic_id {q}"))
             );
         }
     }
@@ -271,6 +295,29 @@ mod tests {
                 .to_string()
         };
         assert_ne!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn plan_shows_path_mtu_and_quic_routing() {
+        let a = check(CFG, false).unwrap();
+        assert!(a.contains("path MTU: the interface's (1500 when not live); ICMP too-big errors at most 1000/s per worker"), "{a}");
+        let q = CFG
+            .replace(
+                "seed = 7",
+                "seed = 7\n        mtu = 1600\n        icmp_rate = 10",
+            )
+            .replace(
+                "protocol = \"tcp\"",
+                "protocol = \"udp\"\n        quic = true\n        mtu = 9000",
+            )
+            .replace("weight = 3 }", "weight = 3, quic_id = 5 }");
+        let b = check(&q, false).unwrap();
+        assert!(
+            b.contains("path MTU: 1600; ICMP too-big errors at most 10/s per worker"),
+            "{b}"
+        );
+        assert!(b.contains(", path MTU 9000, QUIC: server id in bytes 1..3 of the connection ID (1 backend(s) with a quic_id)"), "{b}");
+        assert!(b.contains("weight 3 quic_id 5"), "{b}");
     }
 
     #[test]

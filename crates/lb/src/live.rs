@@ -365,7 +365,7 @@ impl AdminHandler for Shared {
         for v in &snap.vips {
             let _ = writeln!(
                 s,
-                "vip {:?}: {} backends, table {}",
+                "vip {:?}: {} backends, table {}; path MTU {}{}",
                 v.name,
                 v.members.len(),
                 v.table
@@ -374,7 +374,13 @@ impl AdminHandler for Shared {
                         "{} slots, digest {:016x}",
                         t.size(),
                         t.digest()
-                    ))
+                    )),
+                v.mtu,
+                if v.quic.is_some() {
+                    "; QUIC connection-ID routing"
+                } else {
+                    ""
+                }
             );
         }
         if let Some(a) = &st.announcer {
