@@ -89,8 +89,36 @@ pub struct FlowletArgs {
     /// Generated traffic instead of a capture: a Switcharoo workload (1-pkt, 2-pkt, 8-pkt: flows of
     /// k packets within 50 us; zipf-flows: 1M flows, Zipf(1)) or a traffic-generator mix (syn,
     /// established, zipf, constant, v4v6, fragmented, malformed, demo).
-    #[arg(long, value_name = "NAME", required_unless_present = "input")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        required_unless_present_any = ["input", "interface"]
+    )]
     pub generate: Option<String>,
+    /// Live: the input interface (frames to balance arrive here); needs --paths and --next-hops.
+    #[arg(long, value_name = "IF", conflicts_with_all = ["input", "generate", "output"], requires = "paths")]
+    pub interface: Option<String>,
+    /// Live: the output paths, one interface each, comma-separated; path o's frames leave on the
+    /// o-th interface with destination MAC the o-th of --next-hops and source MAC the interface's.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "IF1,IF2,...",
+        requires = "interface"
+    )]
+    pub paths: Vec<String>,
+    /// Live: port driver, af_packet (TPACKET_V3 + fan-out) or af_xdp.
+    #[arg(long, default_value = "af_packet")]
+    pub driver: fp_engine::live::Driver,
+    /// Live, AF_XDP: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto")]
+    pub xdp_mode: fp_engine::afxdp::ModeChoice,
+    /// Live: serve metrics, status and trace over HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Live: do not look for tracer probes.
+    #[arg(long)]
+    pub no_trace: bool,
     /// Generated packets.
     #[arg(long, default_value_t = 4_000_000)]
     pub packets: u64,
@@ -209,6 +237,8 @@ impl Key {
 struct Item {
     pkt: Packet,
     key: Key,
+    /// Live: the tracer probe id the frame carries.
+    probe: Option<u64>,
 }
 
 // ---- workers ------------------------------------------------------------------------------------
@@ -228,7 +258,7 @@ struct WorkerReport {
     parse_drops: Vec<u64>,
 }
 
-struct Worker {
+pub(crate) struct Worker {
     cfg: FlowletConfig,
     v4: FlowletLb<FiveTuple>,
     v6: Option<FlowletLb<FiveTuple6>>,
@@ -245,12 +275,18 @@ struct Worker {
     report: WorkerReport,
     /// The burst being parsed, with the packets' keys (reused).
     items: Vec<Item>,
-    /// Where forwarded packets leave.
+    /// Where forwarded packets leave: port `output`, or (live, one port per path) port
+    /// `output + o` for output `o`.
     output: usize,
+    per_path: bool,
+    /// Live: each path's own MAC, written as the source of the frames sent on it.
+    src_macs: Vec<MacAddr>,
+    /// Live: counters a metrics reader sees, and the tracer.
+    pub(crate) live: Option<crate::live::Hooks>,
 }
 
 impl Worker {
-    fn new(
+    pub(crate) fn new(
         cfg: FlowletConfig,
         macs: Vec<MacAddr>,
         window_ns: u64,
@@ -277,7 +313,29 @@ impl Worker {
             },
             items: Vec::with_capacity(MAX_BURST),
             output,
+            per_path: false,
+            src_macs: Vec::new(),
+            live: None,
         })
+    }
+
+    /// Live: output `o` leaves on port `first_port + o` with source MAC `src_macs[o]`.
+    pub(crate) fn per_path(mut self, first_port: usize, src_macs: Vec<MacAddr>) -> Worker {
+        self.output = first_port;
+        self.per_path = true;
+        self.src_macs = src_macs;
+        self
+    }
+
+    /// The balancers' flowlet events (new, after a gap, moved, same flowlet), both families.
+    pub(crate) fn events(&self) -> [u64; 4] {
+        let mut e = self.v4.events();
+        if let Some(v6) = &self.v6 {
+            for (a, b) in e.iter_mut().zip(v6.events()) {
+                *a += b;
+            }
+        }
+        e
     }
 
     fn in_flight(&self) -> usize {
@@ -285,7 +343,7 @@ impl Worker {
     }
 
     /// One burst: park the buffers, run one pass of each family's balancer, apply the decisions.
-    fn burst(&mut self, items: &mut Vec<Item>, tx: &mut Vec<Packet>, dropped: &mut Pool) {
+    fn burst(&mut self, items: &mut Vec<Item>, tx: &mut Outputs, dropped: &mut Pool) {
         if items.is_empty() {
             return;
         }
@@ -310,6 +368,9 @@ impl Worker {
                 }
             };
             let (ts_ns, len) = (it.pkt.ts_ns, it.pkt.len() as u32);
+            if let (Some(id), Some(h)) = (it.probe, &mut self.live) {
+                h.probe(token, id, it.pkt.data());
+            }
             self.slab[token as usize] = Some(it.pkt);
             match it.key {
                 Key::V4(key) => self.in4.push(PacketIn {
@@ -352,7 +413,7 @@ impl Worker {
     }
 
     /// Decide every packet in flight (end of input, idle input, or a jump in trace time).
-    fn flush_at(&mut self, now: u64, tx: &mut Vec<Packet>, dropped: &mut Pool) {
+    fn flush_at(&mut self, now: u64, tx: &mut Outputs, dropped: &mut Pool) {
         self.v4.flush(now, &mut self.dec);
         if let Some(v6) = &mut self.v6 {
             v6.flush(now, &mut self.dec);
@@ -360,7 +421,7 @@ impl Worker {
         self.apply(tx, dropped);
     }
 
-    fn flush(&mut self, tx: &mut Vec<Packet>, dropped: &mut Pool) {
+    fn flush(&mut self, tx: &mut Outputs, dropped: &mut Pool) {
         let t0 = Instant::now();
         self.flush_at(self.now, tx, dropped);
         self.report.busy += t0.elapsed();
@@ -368,17 +429,28 @@ impl Worker {
 
     /// Apply the decisions, in transmit order.
     #[inline]
-    fn apply(&mut self, tx: &mut Vec<Packet>, dropped: &mut Pool) {
+    fn apply(&mut self, tx: &mut Outputs, dropped: &mut Pool) {
         for d in self.dec.drain(..) {
             let Some(mut p) = self.slab[d.token as usize].take() else {
                 // A token is handed out once and comes back once: this cannot happen.
                 unreachable!("decision for token {} without a parked buffer", d.token);
             };
             self.free_tokens.push(d.token);
+            if let Some(h) = &mut self.live {
+                h.decided(&d, p.len(), &self.macs);
+            }
             match d.action {
                 Action::Forward(o) => {
                     p.data_mut()[..6].copy_from_slice(&self.macs[o as usize].0);
-                    tx.push(p);
+                    if let Some(src) = self.src_macs.get(o as usize) {
+                        p.data_mut()[6..12].copy_from_slice(&src.0);
+                    }
+                    let port = if self.per_path {
+                        self.output + o as usize
+                    } else {
+                        self.output
+                    };
+                    tx.to(port).push(p);
                     let i = (d.passes as usize).clamp(1, 5) - 1;
                     self.report.passes[i] += 1;
                     self.report.max_passes = self.report.max_passes.max(d.passes);
@@ -413,33 +485,54 @@ impl Stage for Worker {
         pool: &mut Pool,
         _now_ns: u64,
     ) {
+        if let Some(h) = &mut self.live {
+            // Live: frames arriving on a path port are not the balancer's input.
+            if !h.input(_port, rx, pool) {
+                return;
+            }
+        }
         let mut items = std::mem::take(&mut self.items);
         for p in rx.drain(..) {
             match PacketSummary::parse(p.data()) {
                 Ok(s) => items.push(Item {
                     key: Key::of(&s),
+                    probe: match &self.live {
+                        Some(h) if h.tracing() => fp_control::trace::probe_id(p.data()),
+                        _ => None,
+                    },
                     pkt: p,
                 }),
                 Err(e) => {
                     self.report.parse_drops[e as usize] += 1;
+                    if let Some(h) = &self.live {
+                        h.parse_error(e);
+                    }
                     pool.put(p);
                 }
             }
         }
-        self.burst(&mut items, out.to(self.output), pool);
+        self.burst(&mut items, out, pool);
         self.items = items;
     }
 
     /// No input for a while (the input stalled): decide the held packets.
     fn idle(&mut self, _now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
         if self.in_flight() > 0 {
-            self.flush(out.to(self.output), pool);
+            self.flush(out, pool);
+        }
+    }
+
+    /// Live: publish the flowlet events for the metrics reader.
+    fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
+        let e = self.events();
+        if let Some(h) = &self.live {
+            h.publish_events(e);
         }
     }
 
     /// End of input: every packet gets its decision.
     fn finish(&mut self, _now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
-        self.flush(out.to(self.output), pool);
+        self.flush(out, pool);
     }
 }
 
@@ -734,6 +827,23 @@ pub fn run(a: FlowletArgs) -> Result<()> {
         },
         engine: Default::default(),
     };
+    if let Some(input) = &a.interface {
+        if a.next_hops.is_empty() {
+            bail!("--interface needs --next-hops: one next-hop MAC per path");
+        }
+        return crate::live::run(crate::live::LiveOptions {
+            input: input.clone(),
+            paths: a.paths.clone(),
+            next_hops: macs,
+            driver: a.driver,
+            xdp_mode: a.xdp_mode,
+            workers: fp_engine::driver::workers_or_cpus(a.workers),
+            pin: !a.no_pin,
+            lb,
+            admin: a.admin,
+            trace: !a.no_trace,
+        });
+    }
     let opts = RunOpts {
         workers: fp_engine::driver::workers_or_cpus(a.workers),
         seed,

@@ -11,7 +11,9 @@
 //! dropped by reason), runs them through its balancers (IPv4 and IPv6) and rewrites each forwarded
 //! frame's destination MAC to its output's next hop; the engine's dispatcher feeds the workers
 //! from a capture or generated traffic with a batching window in packet time, and the report gives
-//! rates, flowlets, per-output shares, drops by reason and passes per packet.
+//! rates, flowlets, per-output shares, drops by reason and passes per packet. [`live`] runs the
+//! same workers on live interfaces (`flowplane flowlet --interface IN --paths IF1,IF2,...`): one
+//! input, one interface per output path, metrics, status and tracer over HTTP.
 //!
 //! # Example
 //!
@@ -30,3 +32,4 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod live;

@@ -421,6 +421,13 @@ impl<K: FlowKey + Default> FlowletLb<K> {
         }
     }
 
+    /// The flowlet events so far, without allocating: packets that started a flowlet with no state,
+    /// started one after a gap, moved with it to another output, continued their flowlet.
+    pub fn events(&self) -> [u64; 4] {
+        let c = &self.engine.nf().counters;
+        [c.new_flowlets, c.gap_flowlets, c.moved, c.same_flowlet]
+    }
+
     /// Table counters (insertions, recirculations, swaps, evictions, ...).
     pub fn table_stats(&self) -> &Stats {
         self.engine.stats()
