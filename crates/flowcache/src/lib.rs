@@ -92,6 +92,7 @@
 pub mod analysis;
 mod arch;
 mod design;
+pub mod keyed;
 mod matcher;
 mod policy;
 pub mod sim;
@@ -101,6 +102,7 @@ use std::fmt;
 pub use arch::Isa;
 pub use design::{fingerprint, Blp, CuckooLite, Design, DesignKind, SetAssoc4, SetAssoc8};
 pub use fp_mem::{PageKind, PagePolicy};
+pub use keyed::KeyedCache;
 pub use policy::{DcBubble, Pblru, Policy, Random};
 
 use arch::{dispatch, Kernel};
