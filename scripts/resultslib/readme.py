@@ -80,7 +80,34 @@ def t_lb(runs):
             "each a cache miss once the table outgrows the caches (bounded: "
             "the table's own search visits up to 4096)."
         )
+    text += cache_table(r, "conns", "connection table")
     return text + "\n\n" + source(r)
+
+
+def cache_table(r, size_key, what):
+    """The flow-cache cases of a run (`cache_uniform`, `cache_zipf0.9`, `cache_zipf1.1`): the same
+    worker with its cache on and off; empty when the run has none."""
+    rows, wins, total = [], 0, 0
+    for dist, label in (("uniform", "uniform"), ("zipf0.9", "Zipf 0.9"), ("zipf1.1", "Zipf 1.1")):
+        for x in sorted(r.find(f"cache_{dist}"), key=lambda x: x["params"][size_key]):
+            p = x["params"]
+            total += 1
+            wins += (x.get("ratio") or 0) > 1.0
+            rows.append([size(p[size_key]), label, f"{100 * p['hit_rate']:.1f} %", num(x["value"]), num(x["peer_value"]), ratio(x.get("ratio"))])
+    if not rows:
+        return ""
+    entries = r.find("cache_uniform")[0]["params"]["cache_entries"]
+    return (
+        f"\n\nThe BLP flow cache ({num(entries)} entries, PBLRU) in front of the {what}, same run: the same worker "
+        "with the cache on and off in alternated rounds (the cache starts empty each round):\n\n"
+        + table(
+            [f"{'tracked conns' if size_key == 'conns' else 'FIB entries'}", "traffic", "hit rate", "Mpps, cache", "Mpps, no cache", "ratio"],
+            rows,
+            ["---:", "---", "---:", "---:", "---:", "---:"],
+        )
+        + f"\n\nThe cache is faster in {wins} of these {total} cases; it stays off by default (docs/flowcache.md, "
+        "\"In the data path\", says why)."
+    )
 
 
 def t_live(runs):
@@ -128,7 +155,7 @@ def t_switch_memory(runs):
         p = u["params"]
         rows.append([f"{num(p['target_updates_per_s'])}", f"{num(p['achieved_updates_per_s'])}", num(u["value"]), ratio(u.get("ratio"))])
     t2 = table(["target updates/s", "achieved", "forward Mpps", "of the no-update rate"], rows)
-    return t1 + "\n\nFIB updates at 2M entries, same run:\n\n" + t2 + "\n\n" + source(r)
+    return t1 + "\n\nFIB updates at 2M entries, same run:\n\n" + t2 + cache_table(r, "entries", "FIB") + "\n\n" + source(r)
 
 
 def t_fib(runs):

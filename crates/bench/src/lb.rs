@@ -103,12 +103,13 @@ fn parse_count(s: &str) -> Result<u64> {
         * m)
 }
 
-fn snapshots(capacity: usize) -> Result<Arc<Published<Snapshot>>> {
+fn snapshots(capacity: usize, cache: usize) -> Result<Arc<Published<Snapshot>>> {
     let cfg = LbConfig::from_toml(&format!(
         r#"
         [balancer]
         address = "10.0.0.2"
         seed = 1
+        conn_cache_entries = {cache}
         conn_table_capacity = {capacity}
         conn_table_capacity_v6 = 1024
         conn_idle_timeout_ms = 3600000
@@ -196,9 +197,13 @@ pub fn run(a: LbArgs) -> Result<()> {
         // Room for the tracked connections plus every SYN the rounds will insert (a slice per
         // round of the `syn` case and of the flood comparison), below the guard's pressure mark.
         let syn_total = 2 * rounds * per_round;
-        let capacity = n as usize + syn_total + syn_total / 2;
-        let snaps = snapshots(capacity)?;
+        // (and at most 80 % full with the tracked ones, for tables larger than the SYN slices).
+        let capacity = (n as usize + syn_total + syn_total / 2).max(n as usize * 5 / 4);
+        let snaps = snapshots(capacity, CACHE_ENTRIES)?;
         let mut worker = LbWorker::new(0, snaps, a.common.seed)?;
+        // The cases above the cache ones run without it (switched off, the same code path as a
+        // worker configured without one).
+        worker.set_flow_cache(false);
         let mut pool = Pool::new(4 * MAX_BURST);
         // Establish n connections (not measured): SYNs, then their ACKs.
         let t0 = Instant::now();
@@ -274,6 +279,16 @@ pub fn run(a: LbArgs) -> Result<()> {
             syn_round.set(r + 1);
             run_ours(&syns, r * per_round)
         })?;
+        cache_cases(
+            &mut rep,
+            n,
+            rounds,
+            per_round,
+            a.common.seed,
+            &worker,
+            &pool,
+            now,
+        )?;
         let w = worker.into_inner();
         let t = Totals::sum([&**w.stats()]);
         rep.note(&format!(
@@ -302,7 +317,7 @@ fn flood(
     common: &CommonOpts,
     syn_with_room: &dyn Fn() -> f64,
 ) -> Result<()> {
-    let snaps = snapshots(n as usize)?;
+    let snaps = snapshots(n as usize, 0)?;
     let mut full = LbWorker::new(0, snaps, common.seed ^ 1)?;
     let mut pool = Pool::new(4 * MAX_BURST);
     // Fill with established connections: packets that are not SYNs, each recorded as it
@@ -413,5 +428,84 @@ fn flood(
         placed * 100 <= per_round,
         "{placed} of the {per_round} refused-insert frames found room: the table was not full"
     );
+    Ok(())
+}
+
+/// Entries of the worker's flow cache in the cache cases: 32 768 IPv4 entries (about 1.1 MiB of
+/// ring and fingerprints, half of this machine's 2 MiB L2) and a quarter for IPv6.
+const CACHE_ENTRIES: usize = 32_768;
+
+/// The flow cache in front of the connection table (`balancer.conn_cache_entries`): packets of
+/// established connections drawn uniformly or by Zipf popularity (θ = 0.9, 1.1) over the `n`
+/// tracked ones, through the same worker with its cache on and off in alternated rounds (a cache
+/// switched on starts empty each round, so its warm-up is measured).
+#[allow(clippy::too_many_arguments)]
+fn cache_cases(
+    rep: &mut Report,
+    n: u64,
+    rounds: usize,
+    per_round: usize,
+    seed: u64,
+    worker: &std::cell::RefCell<LbWorker>,
+    pool: &std::cell::RefCell<Pool>,
+    now: u64,
+) -> Result<()> {
+    use rand_distr::Distribution;
+    let (entries, bytes) = worker
+        .borrow()
+        .flow_cache()
+        .context("the benchmark worker has a flow cache")?;
+    rep.note(&format!(
+        "flow cache: {entries} entries (IPv4 + IPv6), {:.2} MiB",
+        bytes as f64 / (1 << 20) as f64
+    ));
+    // Ranks are spread over the flows by a bijection (1 000 003 is prime to every 2^a 5^b).
+    let flow_of_rank = |r: u64| (r.wrapping_mul(1_000_003)) % n;
+    for (dist, theta) in [("uniform", 0.0), ("zipf0.9", 0.9), ("zipf1.1", 1.1)] {
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed ^ (theta * 10.0) as u64);
+        let frames = if theta == 0.0 {
+            Frames::new((0..per_round).map(|_| craft::tcp(&flow(rng.gen_range(0..n)), false)))
+        } else {
+            let z = rand_distr::Zipf::new(n, theta).context("zipf parameters")?;
+            Frames::new((0..per_round).map(|_| {
+                let r = z.sample(&mut rng) as u64 - 1;
+                craft::tcp(&flow(flow_of_rank(r)), false)
+            }))
+        };
+        let hits = std::cell::Cell::new((0u64, 0u64));
+        let run = |on: bool| -> Result<f64> {
+            let mut w = worker.borrow_mut();
+            w.set_flow_cache(on);
+            let before = Totals::sum([&**w.stats()]);
+            let ns = drive(
+                &frames,
+                0,
+                per_round,
+                &mut pool.borrow_mut(),
+                |rx, tx, pool| w.process(rx, tx, pool, now),
+            );
+            if on {
+                let after = Totals::sum([&**w.stats()]);
+                let h = after.get(Outcome::ConnCacheHit) - before.get(Outcome::ConnCacheHit);
+                let m = after.get(Outcome::ConnCacheMiss) - before.get(Outcome::ConnCacheMiss);
+                let (a, b) = hits.get();
+                hits.set((a + h, b + m));
+            }
+            Ok(1.0 / ns)
+        };
+        let v = contest(rounds, &[&|| run(true), &|| run(false)])?;
+        let (on_ns, off_ns) = (1.0 / v[0], 1.0 / v[1]);
+        let (h, m) = hits.get();
+        let hit_rate = h as f64 / (h + m).max(1) as f64;
+        rep.add(
+            Record::higher(format!("cache_{dist}"), 1e3 / on_ns, "Mpps")
+                .param("conns", n)
+                .param("cache_entries", entries as u64)
+                .param("hit_rate", (hit_rate * 1000.0).round() / 1000.0)
+                .param("ns_per_packet", (on_ns * 10.0).round() / 10.0)
+                .peer("no_cache", 1e3 / off_ns),
+        )?;
+    }
+    worker.borrow_mut().set_flow_cache(false);
     Ok(())
 }

@@ -148,6 +148,85 @@ fn drive(
     count as f64 / t.elapsed().as_secs_f64() / 1e6
 }
 
+/// Entries of the worker's FIB cache in the cache cases: 32 768 (about 1.3 MiB of ring and
+/// fingerprints, within this machine's 2 MiB L2).
+const CACHE_ENTRIES: usize = 32_768;
+
+/// The BLP cache in front of the FIB (`flowplane switch --fib-cache`): destinations uniform over
+/// the FIB (the frames of `forward`) or by Zipf popularity (θ = 0.9, 1.1), through one worker with
+/// its cache on and off in alternated rounds (a cache switched on starts empty each round).
+#[allow(clippy::too_many_arguments)]
+fn cache_cases(
+    rep: &mut Report,
+    n: u64,
+    fib: &CompactWriter,
+    uniform: &[[u8; FRAME]],
+    rounds: usize,
+    per_round: usize,
+    seed: u64,
+    pages: &str,
+) -> Result<()> {
+    use rand_distr::Distribution;
+    let (ltx, _lrx) = learn_queue(1);
+    let mut sw = SwitchWorker::new(fib.reader(), PORTS, ltx, u64::MAX);
+    sw.set_learning(false);
+    sw.set_cache(CACHE_ENTRIES, fp_switch::fib::FibEpoch::default(), seed)
+        .context("the FIB cache")?;
+    let (entries, bytes) = sw.cache_size().context("a cache was set")?;
+    let sw = RefCell::new(sw);
+    let pool = RefCell::new(Pool::new(4 * MAX_BURST));
+    let tx = RefCell::new((0..PORTS).map(|_| burst()).collect::<Vec<_>>());
+    for (dist, theta) in [("uniform", 0.0), ("zipf0.9", 0.9), ("zipf1.1", 1.1)] {
+        let fr: Vec<[u8; FRAME]> = if theta == 0.0 {
+            uniform.to_vec()
+        } else {
+            // Ranks spread over the entries by a bijection (an odd multiplier modulo 2^k).
+            let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed ^ (theta * 10.0) as u64);
+            let z = rand_distr::Zipf::new(n, theta).context("zipf parameters")?;
+            (0..uniform.len())
+                .map(|_| {
+                    let r = z.sample(&mut rng) as u64 - 1;
+                    frame(mac(r.wrapping_mul(1_000_003) % n), mac(rng.gen_range(0..n)))
+                })
+                .collect()
+        };
+        let counts = std::cell::Cell::new((0u64, 0u64));
+        let run = |on: bool| -> Result<f64> {
+            let mut sw = sw.borrow_mut();
+            sw.set_cache_on(on);
+            let (h0, m0) = (sw.stats().cache_hit.get(), sw.stats().cache_miss.get());
+            let v = drive(
+                &fr,
+                per_round,
+                &mut pool.borrow_mut(),
+                &mut tx.borrow_mut(),
+                |rx, tx, pool| sw.process(0, rx, tx, pool, 0),
+            );
+            let (h, m) = counts.get();
+            counts.set((
+                h + sw.stats().cache_hit.get() - h0,
+                m + sw.stats().cache_miss.get() - m0,
+            ));
+            Ok(v)
+        };
+        let v = contest(rounds, &[&|| run(true), &|| run(false)])?;
+        let (h, m) = counts.get();
+        rep.add(
+            Record::higher(format!("cache_{dist}"), v[0], "Mpps")
+                .param("entries", n)
+                .param("pages", pages)
+                .param("cache_entries", entries as u64)
+                .param("cache_bytes", bytes as u64)
+                .param(
+                    "hit_rate",
+                    (h as f64 / (h + m).max(1) as f64 * 1000.0).round() / 1000.0,
+                )
+                .peer("no_cache", v[1]),
+        )?;
+    }
+    Ok(())
+}
+
 /// The no-lookup baseline (CuckooSwitch Table 2: raw packet I/O, each frame sent to a port fixed
 /// by its input port, no processing): frames from port 0 go to port 1.
 fn baseline(rx: &mut Vec<Packet>, tx: &mut [Vec<Packet>], _pool: &mut Pool) {
@@ -312,10 +391,11 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
                 Record::higher("factor", ours, "Mpps")
                     .param("entries", n)
                     .param("step", "4_hugepages")
-                    .param("pages", pages)
+                    .param("pages", pages.clone())
                     .peer("no_lookup_baseline", bv),
             )?;
         }
+        cache_cases(rep, n, &huge, &fr, rounds, per_round, a.common.seed, &pages)?;
     }
     updates_case(rep, a.common.seed, rounds, per_round)
 }

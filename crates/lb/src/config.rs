@@ -273,6 +273,9 @@ pub struct BalancerSpec {
     pub mtu: Option<u16>,
     /// ICMP "too big" errors a worker sends per second at most (burst up to 50); 0 sends none.
     pub icmp_rate: u32,
+    /// Entries of each worker's flow cache in front of its IPv4 connection table (the IPv6 one
+    /// gets a quarter); 0: no cache.
+    pub conn_cache_entries: usize,
     /// Counter slots for VIPs (ids are dense; more VIPs than this are rejected).
     pub max_vips: usize,
     /// Counter slots for backends.
@@ -376,6 +379,7 @@ struct RawBalancer {
     ttl: Option<u8>,
     mtu: Option<u64>,
     icmp_rate: Option<u64>,
+    conn_cache_entries: Option<usize>,
     max_vips: Option<usize>,
     max_backends: Option<usize>,
 }
@@ -441,6 +445,9 @@ struct RawHealth {
     rise: Option<u32>,
     fall: Option<u32>,
 }
+
+/// Default entries of a worker's connection flow cache (`balancer.conn_cache_entries`).
+pub const DEFAULT_CONN_CACHE_ENTRIES: usize = 0;
 
 /// An IP MTU: 576 (the smallest every IPv4 host must accept) to 9216 (jumbo frames).
 fn check_mtu(field: &str, m: u64) -> Result<u16, ConfigError> {
@@ -596,6 +603,16 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
             format!("{icmp_rate} is more than 1000000 per second"),
         ));
     }
+    let conn_cache_entries = b.conn_cache_entries.unwrap_or(DEFAULT_CONN_CACHE_ENTRIES);
+    if conn_cache_entries > fp_flowcache::keyed::MAX_ENTRIES {
+        return Err(err(
+            "balancer.conn_cache_entries",
+            format!(
+                "{conn_cache_entries} is more than {}",
+                fp_flowcache::keyed::MAX_ENTRIES
+            ),
+        ));
+    }
     let balancer = BalancerSpec {
         address,
         address6,
@@ -618,6 +635,7 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         ttl: b.ttl.unwrap_or(64),
         mtu,
         icmp_rate: icmp_rate as u32,
+        conn_cache_entries,
         max_vips,
         max_backends,
     };

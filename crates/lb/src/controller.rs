@@ -84,7 +84,7 @@ pub struct Balancer {
 /// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
 pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), String> {
     let (a, b) = (&old.balancer, &new.balancer);
-    let fixed: [(&str, bool); 8] = [
+    let fixed: [(&str, bool); 9] = [
         ("balancer.seed", a.seed != b.seed),
         (
             "balancer.conn_table_capacity",
@@ -104,6 +104,10 @@ pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), String> {
         ),
         ("balancer.max_vips", a.max_vips != b.max_vips),
         ("balancer.max_backends", a.max_backends != b.max_backends),
+        (
+            "balancer.conn_cache_entries",
+            a.conn_cache_entries != b.conn_cache_entries,
+        ),
         ("bgp", old.bgp != new.bgp),
     ];
     match fixed.iter().find(|(_, changed)| *changed) {

@@ -367,6 +367,18 @@ pub fn render(v: &MetricsView<'_>) -> String {
         o.sample("flowplane_mtu_total", &[("action", action)], outcome(key));
     }
     o.family(
+        "flowplane_conn_cache_lookups_total",
+        Kind::Counter,
+        "Connection lookups through the workers' flow caches (balancer.conn_cache_entries), by result: hit (answered by the cache) or miss (looked up in the connection table).",
+    );
+    for (result, key) in [("hit", "conn_cache_hit"), ("miss", "conn_cache_miss")] {
+        o.sample(
+            "flowplane_conn_cache_lookups_total",
+            &[("result", result)],
+            outcome(key),
+        );
+    }
+    o.family(
         "flowplane_quic_cid_total",
         Kind::Counter,
         "QUIC short-header packets to VIPs with quic = true, by result: routed to the backend named by the server id in their connection ID, or the id unknown (or its backend down) and routed by their flow.",
@@ -419,7 +431,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
         v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
-    const KNOWN: [&str; 25] = [
+    const KNOWN: [&str; 27] = [
         "rx",
         "tx",
         "rx_bytes",
@@ -445,6 +457,8 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "mtu_fragmented",
         "quic_cid_routed",
         "quic_cid_unknown",
+        "conn_cache_hit",
+        "conn_cache_miss",
     ];
     let other: Vec<(usize, &Outcome)> = Outcome::ALL
         .iter()

@@ -98,6 +98,10 @@ outcomes! {
     MtuIcmpLimited => "mtu_icmp_rate_limited",
     /// IPv4 datagrams without DF cut into fragments that fit the path MTU.
     MtuFragmented => "mtu_fragmented",
+    /// Connection lookups answered by the worker's flow cache.
+    ConnCacheHit => "conn_cache_hit",
+    /// Connection lookups the flow cache could not answer (looked up in the table).
+    ConnCacheMiss => "conn_cache_miss",
     /// QUIC short-header packets sent to the backend named by the server id in their connection
     /// ID (QUIC VIPs), whatever their 5-tuple.
     QuicRouted => "quic_cid_routed",

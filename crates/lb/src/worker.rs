@@ -48,6 +48,7 @@ use crate::frag::{Decision, FragAction, FragTable, Piece};
 use crate::snapshot::{Cached, Published, QuicMiss, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
 use fp_cuckoo::{Config as TableConfig, GeneralMap, InsertError, Layout, Placed, Writer};
+use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_wire::ip::IpProtocol;
@@ -57,6 +58,8 @@ use std::sync::Arc;
 
 type Conn4 = Writer<GeneralMap<[u8; 13], u64>>;
 type Conn6 = Writer<GeneralMap<[u8; 37], u64>>;
+type Cache4 = KeyedCache<[u8; 13], u64>;
+type Cache6 = KeyedCache<[u8; 37], u64>;
 
 /// The expiry sweep runs on the clock, not per burst: at most once per this many ms of burst time
 /// (a burst-paced sweep reads a few cold buckets per burst, a cache miss per few packets, at any
@@ -292,6 +295,13 @@ struct Scratch {
     /// stage 1 to prefetch their Maglev entries.
     hashes: [u64; MAX_BURST],
     syns: u64,
+    /// Flow-cache hashes of `keys4` / `keys6`, and the cache misses being looked up in the tables.
+    hash4: [u64; MAX_BURST],
+    hash6: [u64; MAX_BURST],
+    miss4: Vec<[u8; 13]>,
+    miss6: Vec<[u8; 37]>,
+    miss_at: Vec<u8>,
+    miss_vals: [Option<u64>; MAX_BURST],
     /// Fragments released by a first fragment's decision.
     release: Vec<Packet>,
     /// Fragments whose entry expired.
@@ -309,6 +319,12 @@ impl Scratch {
             vals6: vec![None; MAX_BURST],
             hashes: [0; MAX_BURST],
             syns: 0,
+            hash4: [0; MAX_BURST],
+            hash6: [0; MAX_BURST],
+            miss4: Vec::with_capacity(MAX_BURST),
+            miss6: Vec::with_capacity(MAX_BURST),
+            miss_at: Vec::with_capacity(MAX_BURST),
+            miss_vals: [None; MAX_BURST],
             release: Vec::with_capacity(16),
             expired: Vec::with_capacity(16),
         }
@@ -320,6 +336,125 @@ struct Tables {
     conn4: Conn4,
     conn6: Conn6,
     frags: FragTable,
+    /// The BLP flow caches in front of the connection tables (`balancer.conn_cache_entries`; `None`
+    /// when off), keyed by [`cache_hash`] of the connection key with `cache_seed`. Every write and
+    /// removal of a connection entry goes through them too (see [`record_cached`]).
+    cache4: Option<Cache4>,
+    cache6: Option<Cache6>,
+    cache_seed: u64,
+    /// The caches while switched off ([`LbWorker::set_flow_cache`]).
+    parked: Option<(Cache4, Cache6)>,
+}
+
+/// The flow cache's hash of a connection key.
+#[inline(always)]
+fn cache_hash(seed: u64, key: &[u8]) -> u64 {
+    fp_hash::hash_bytes(seed, key)
+}
+
+/// Stage 2 for one address family: connection lookups for the burst's keys, through the flow
+/// cache when there is one (hits answered from it, misses looked up in the table in one batch and
+/// the entries found cached).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn lookup_family<L, const N: usize>(
+    table: &Writer<L>,
+    cache: &mut Option<KeyedCache<[u8; N], u64>>,
+    seed: u64,
+    keys: &[[u8; N]],
+    vals: &mut [Option<u64>],
+    hashes: &mut [u64; MAX_BURST],
+    miss: &mut Vec<[u8; N]>,
+    miss_at: &mut Vec<u8>,
+    miss_vals: &mut [Option<u64>; MAX_BURST],
+) -> (u64, u64)
+where
+    L: Layout<Key = [u8; N], Value = u64>,
+{
+    let n = keys.len();
+    let Some(c) = cache else {
+        table.get_batch(keys, &mut vals[..n]);
+        return (0, 0);
+    };
+    miss.clear();
+    miss_at.clear();
+    for (h, k) in hashes.iter_mut().zip(keys) {
+        *h = cache_hash(seed, k);
+    }
+    c.get_batch(&hashes[..n], keys, &mut vals[..n]);
+    for (i, k) in keys.iter().enumerate() {
+        if vals[i].is_none() {
+            miss.push(*k);
+            miss_at.push(i as u8);
+        }
+    }
+    let m = miss.len();
+    if m > 0 {
+        table.get_batch(miss, &mut miss_vals[..m]);
+        for (j, &i) in miss_at.iter().enumerate() {
+            let i = i as usize;
+            vals[i] = miss_vals[j];
+            if let Some(v) = miss_vals[j] {
+                c.put_absent(hashes[i], keys[i], v);
+            }
+        }
+    }
+    ((n - m) as u64, m as u64)
+}
+
+/// Rewrite an entry's value in the table and the cache.
+#[inline(always)]
+fn update_cached<L, const N: usize>(
+    table: &mut Writer<L>,
+    cache: &mut Option<KeyedCache<[u8; N], u64>>,
+    key: [u8; N],
+    hash: u64,
+    e: u64,
+) -> Result<Option<u64>, InsertError>
+where
+    L: Layout<Key = [u8; N], Value = u64>,
+{
+    let r = table.update(key, e);
+    if let Some(c) = cache {
+        match r {
+            Ok(Some(_)) => c.put(hash, key, e),
+            _ => drop(c.remove(hash, &key)),
+        }
+    }
+    r
+}
+
+/// [`record`] an entry in the table and keep the cache in step: the entry written is cached, an
+/// embryonic entry evicted for it is forgotten.
+#[inline(always)]
+fn record_cached<L, const N: usize>(
+    table: &mut Writer<L>,
+    cache: &mut Option<KeyedCache<[u8; N], u64>>,
+    seed: u64,
+    key: [u8; N],
+    hash: u64,
+    e: u64,
+    under_pressure: bool,
+) -> Result<Placed<(), u64>, InsertError>
+where
+    L: Layout<Key = [u8; N], Value = u64>,
+{
+    let r = record(table, key, e, under_pressure);
+    if let Some(c) = cache {
+        match &r {
+            Ok(Placed::Evicted(k, _)) => {
+                c.remove(cache_hash(seed, k), k);
+                c.put(hash, key, e);
+            }
+            Ok(_) => c.put(hash, key, e),
+            Err(_) => drop(c.remove(hash, &key)),
+        }
+    }
+    r.map(|p| match p {
+        Placed::New => Placed::New,
+        Placed::Updated(old) => Placed::Updated(old),
+        Placed::Evicted(_, old) => Placed::Evicted((), old),
+    })
 }
 
 /// One load-balancer worker: a [`Stage`] of the engine.
@@ -352,6 +487,9 @@ pub enum WorkerError {
     /// A connection table could not be allocated.
     #[error("connection table: {0}")]
     Table(#[from] fp_cuckoo::Error),
+    /// A flow cache could not be allocated.
+    #[error("flow cache: {0}")]
+    Cache(#[from] fp_flowcache::Error),
 }
 
 impl LbWorker {
@@ -381,6 +519,15 @@ impl LbWorker {
         let slots = (conn4.stats().slots, conn6.stats().slots);
         let guard = Guard::new(b, slots);
         let icmp = IcmpLimit::new(b.icmp_rate);
+        let entries = b.conn_cache_entries;
+        let (cache4, cache6) = if entries == 0 {
+            (None, None)
+        } else {
+            (
+                Some(KeyedCache::new(entries, table_seed ^ 4)?),
+                Some(KeyedCache::new((entries / 4).max(1), table_seed ^ 5)?),
+            )
+        };
         stats.set_occupancy((0, 0), slots);
         stats.set_state(0, snap.get().generation);
         Ok(LbWorker {
@@ -390,6 +537,10 @@ impl LbWorker {
                 conn4,
                 conn6,
                 frags,
+                cache4,
+                cache6,
+                cache_seed: table_seed ^ 3,
+                parked: None,
             },
             scratch: Scratch::new(),
             stats,
@@ -431,6 +582,40 @@ impl LbWorker {
     /// Connection-table sizes in slots (IPv4, IPv6).
     pub fn connection_slots(&self) -> (usize, usize) {
         self.slots
+    }
+
+    /// Switch the flow cache off or back on (for measurements: the same worker and tables with and
+    /// without it). A cache switched back on starts empty. No effect without a cache
+    /// (`balancer.conn_cache_entries = 0`).
+    pub fn set_flow_cache(&mut self, on: bool) {
+        let t = &mut self.tables;
+        match (on, t.cache4.is_some()) {
+            (false, true) => {
+                if let (Some(a), Some(b)) = (t.cache4.take(), t.cache6.take()) {
+                    t.parked = Some((a, b));
+                }
+            }
+            (true, false) => {
+                if let Some((mut a, mut b)) = t.parked.take() {
+                    a.clear();
+                    b.clear();
+                    t.cache4 = Some(a);
+                    t.cache6 = Some(b);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Entries and bytes of the flow caches (IPv4 + IPv6), if the worker has them.
+    pub fn flow_cache(&self) -> Option<(usize, usize)> {
+        let t = &self.tables;
+        match (&t.cache4, &t.cache6, &t.parked) {
+            (Some(a), Some(b), _) | (_, _, Some((a, b))) => {
+                Some((a.capacity() + b.capacity(), a.bytes() + b.bytes()))
+            }
+            _ => None,
+        }
     }
 
     /// Fragments currently held waiting for their first fragment.
@@ -504,7 +689,7 @@ impl LbWorker {
         }
         stats.count(Outcome::Rx, rx_packets);
         stats.count(Outcome::RxBytes, rx_bytes);
-        lookup(tables, scratch);
+        lookup(tables, scratch, stats);
         let mut d = Decide {
             worker: *id,
             now_ns,
@@ -613,14 +798,24 @@ impl LbWorker {
             }
             live
         };
-        self.sweep4 = self
-            .tables
-            .conn4
-            .retain_range(self.sweep4, buckets, |_, v| keep(*v));
-        self.sweep6 = self
-            .tables
-            .conn6
-            .retain_range(self.sweep6, buckets, |_, v| keep(*v));
+        let t = &mut self.tables;
+        let seed = t.cache_seed;
+        let (c4, c6) = (&mut t.cache4, &mut t.cache6);
+        // An expired entry leaves the cache with the table.
+        self.sweep4 = t.conn4.retain_range(self.sweep4, buckets, |k, v| {
+            let live = keep(*v);
+            if let (false, Some(c)) = (live, c4.as_mut()) {
+                c.remove(cache_hash(seed, k), k);
+            }
+            live
+        });
+        self.sweep6 = t.conn6.retain_range(self.sweep6, buckets, |k, v| {
+            let live = keep(*v);
+            if let (false, Some(c)) = (live, c6.as_mut()) {
+                c.remove(cache_hash(seed, k), k);
+            }
+            live
+        });
         self.stats.count(Outcome::ConnExpired, n.0);
         self.stats.count(Outcome::ConnEmbryonicExpired, n.1);
     }
@@ -1016,15 +1211,34 @@ fn non_first_fragment(
 
 /// Stage 2: batched, prefetched connection lookups (CuckooSwitch Algorithm 3).
 #[inline(always)]
-fn lookup(tables: &mut Tables, scratch: &mut Scratch) {
-    let n4 = scratch.keys4.len();
-    let n6 = scratch.keys6.len();
-    tables
-        .conn4
-        .get_batch(&scratch.keys4, &mut scratch.vals4[..n4]);
-    tables
-        .conn6
-        .get_batch(&scratch.keys6, &mut scratch.vals6[..n6]);
+fn lookup(tables: &mut Tables, scratch: &mut Scratch, stats: &WorkerStats) {
+    let s = scratch;
+    let a = lookup_family(
+        &tables.conn4,
+        &mut tables.cache4,
+        tables.cache_seed,
+        &s.keys4,
+        &mut s.vals4,
+        &mut s.hash4,
+        &mut s.miss4,
+        &mut s.miss_at,
+        &mut s.miss_vals,
+    );
+    let b = lookup_family(
+        &tables.conn6,
+        &mut tables.cache6,
+        tables.cache_seed,
+        &s.keys6,
+        &mut s.vals6,
+        &mut s.hash6,
+        &mut s.miss6,
+        &mut s.miss_at,
+        &mut s.miss_vals,
+    );
+    if tables.cache4.is_some() {
+        stats.count(Outcome::ConnCacheHit, a.0 + b.0);
+        stats.count(Outcome::ConnCacheMiss, a.1 + b.1);
+    }
 }
 
 /// What stage 3 needs besides the tables: the burst's time, the tracer, the SYN-flood guard.
@@ -1044,14 +1258,9 @@ fn record<L: Layout<Value = u64>>(
     key: L::Key,
     e: u64,
     under_pressure: bool,
-) -> Result<Placed<(), u64>, InsertError> {
+) -> Result<Placed<L::Key, u64>, InsertError> {
     if under_pressure {
         t.insert_bounded(key, e, PRESSURE_SEARCH_NODES, |_, v| is_embryonic(*v))
-            .map(|p| match p {
-                Placed::New => Placed::New,
-                Placed::Updated(old) => Placed::Updated(old),
-                Placed::Evicted(_, old) => Placed::Evicted((), old),
-            })
     } else {
         t.insert(key, e)
             .map(|old| old.map_or(Placed::New, Placed::Updated))
@@ -1101,8 +1310,20 @@ fn decide(
             if confirm || d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
                 let e = entry(entry_backend(v), d.now_ms) | if confirm { 0 } else { v & EMBRYONIC };
                 let old = match key {
-                    FlowKey::V4(_) => tables.conn4.update(scratch.keys4[slot], e),
-                    FlowKey::V6(_) => tables.conn6.update(scratch.keys6[slot], e),
+                    FlowKey::V4(_) => update_cached(
+                        &mut tables.conn4,
+                        &mut tables.cache4,
+                        scratch.keys4[slot],
+                        scratch.hash4[slot],
+                        e,
+                    ),
+                    FlowKey::V6(_) => update_cached(
+                        &mut tables.conn6,
+                        &mut tables.cache6,
+                        scratch.keys6[slot],
+                        scratch.hash6[slot],
+                        e,
+                    ),
                 };
                 // Counted once per entry: a burst may hold the ACK and the first request of a
                 // connection, both looked up before either was decided.
@@ -1147,13 +1368,26 @@ fn decide(
                 stats.count(why, 1);
             } else {
                 let e = entry(b, d.now_ms) | if syn { EMBRYONIC } else { 0 };
+                let seed = tables.cache_seed;
                 let r = match key {
-                    FlowKey::V4(_) => {
-                        record(&mut tables.conn4, scratch.keys4[slot], e, under_pressure)
-                    }
-                    FlowKey::V6(_) => {
-                        record(&mut tables.conn6, scratch.keys6[slot], e, under_pressure)
-                    }
+                    FlowKey::V4(_) => record_cached(
+                        &mut tables.conn4,
+                        &mut tables.cache4,
+                        seed,
+                        scratch.keys4[slot],
+                        scratch.hash4[slot],
+                        e,
+                        under_pressure,
+                    ),
+                    FlowKey::V6(_) => record_cached(
+                        &mut tables.conn6,
+                        &mut tables.cache6,
+                        seed,
+                        scratch.keys6[slot],
+                        scratch.hash6[slot],
+                        e,
+                        under_pressure,
+                    ),
                 };
                 // A new assignment: a new entry, or an entry whose backend changed. An entry that
                 // already holds this choice was written by an earlier packet of the same burst

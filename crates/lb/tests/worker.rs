@@ -1344,3 +1344,102 @@ fn quic_configuration_errors_name_the_field() {
         assert_eq!(e.field, field, "{e}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The flow cache in front of the connection tables.
+
+/// Two workers see the same traffic and the same health changes, one with a small flow cache (its
+/// ring recycles constantly), one without: every frame out is the same, and so is every counter
+/// but the cache's own. A cache entry that outlived its connection entry (expired, evicted, moved
+/// to another backend by a health change or a reselection) would send a packet elsewhere.
+#[test]
+fn the_flow_cache_never_changes_a_decision() {
+    let mk = |cache: usize| {
+        Harness::with(&FIVE, move |t| {
+            t.replace(
+                "seed = 42",
+                &format!("seed = 42\nconn_cache_entries = {cache}\nsyn_timeout_ms = 300"),
+            )
+            .replace(
+                "conn_idle_timeout_ms = 10000",
+                "conn_idle_timeout_ms = 1000",
+            )
+            .replace("conn_table_capacity = 200000", "conn_table_capacity = 4096")
+        })
+    };
+    let (mut cached, mut plain) = (mk(64), mk(0));
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut now = 1_000_000_000u64;
+    for burst in 0..3000 {
+        now += rnd(8) * 1_000_000;
+        if rnd(50) == 0 {
+            let b = FIVE[rnd(5) as usize];
+            let up = rnd(2) == 0;
+            cached.set_health(b, up);
+            plain.set_health(b, up);
+        }
+        let frames: Vec<Vec<u8>> = (0..32)
+            .map(|_| {
+                let i = rnd(400) as u32;
+                let mut e = flow(i);
+                if i.is_multiple_of(7) {
+                    e.src = format!("2001:db8:1::{:x}", i + 1).parse().unwrap();
+                    e.dst = "2001:db8::10".parse().unwrap();
+                }
+                match rnd(10) {
+                    0 => craft::tcp(&e, true),
+                    1 => {
+                        e.dport = 53;
+                        e.dst = if e.dst.is_ipv4() {
+                            "203.0.113.53".parse().unwrap()
+                        } else {
+                            "2001:db8::53".parse().unwrap()
+                        };
+                        craft::udp(&e, 20)
+                    }
+                    _ => craft::tcp(&e, false),
+                }
+            })
+            .collect();
+        let a = cached.send(&frames, now);
+        let b = plain.send(&frames, now);
+        assert_eq!(
+            a, b,
+            "burst {burst}: the cached worker forwarded differently"
+        );
+    }
+    let (ta, tb) = (cached.totals(), plain.totals());
+    for o in Outcome::ALL {
+        if !matches!(o, Outcome::ConnCacheHit | Outcome::ConnCacheMiss) {
+            assert_eq!(ta.get(o), tb.get(o), "{}", o.name());
+        }
+    }
+    let (hits, misses) = (
+        ta.get(Outcome::ConnCacheHit),
+        ta.get(Outcome::ConnCacheMiss),
+    );
+    assert!(
+        hits > 10_000 && misses > 1_000,
+        "hits {hits}, misses {misses}"
+    );
+    assert!(
+        ta.get(Outcome::ConnExpired) > 100,
+        "{}",
+        ta.get(Outcome::ConnExpired)
+    );
+    assert!(
+        ta.get(Outcome::ConnReselect) > 100,
+        "{}",
+        ta.get(Outcome::ConnReselect)
+    );
+    assert_eq!(
+        tb.get(Outcome::ConnCacheHit) + tb.get(Outcome::ConnCacheMiss),
+        0
+    );
+}

@@ -126,6 +126,10 @@ pub struct SwitchArgs {
     /// Capacity of the learn-event queue from the workers to the FIB writer.
     #[arg(long, default_value_t = 4096)]
     pub learn_queue: usize,
+    /// Entries of each worker's flow cache in front of the FIB (BLP 2-4 with PBLRU, at most
+    /// 65536); 0: no cache (the default: see docs/flowcache.md for when it pays).
+    #[arg(long, default_value_t = 0)]
+    pub fib_cache: usize,
     /// Serve metrics, trace and status over HTTP on this address.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
@@ -461,9 +465,22 @@ impl AdminHandler for Shared {
              unknown_unicast among flooded, drop_* by reason).",
         );
         for (k, v) in &totals {
-            if !k.starts_with("learn_") {
+            if !k.starts_with("learn_") && !k.starts_with("cache_") {
                 e.sample("flowplane_switch_frames_total", &[("outcome", k)], *v);
             }
+        }
+        e.family(
+            "flowplane_switch_fib_cache_lookups_total",
+            Kind::Counter,
+            "Destination lookups through the workers' FIB caches (--fib-cache), by result: hit or \
+             miss (looked up in the FIB).",
+        );
+        for (label, key) in [("hit", "cache_hit"), ("miss", "cache_miss")] {
+            e.sample(
+                "flowplane_switch_fib_cache_lookups_total",
+                &[("result", label)],
+                get(key),
+            );
         }
         e.single(
             "flowplane_switch_learn_events_total",
@@ -711,7 +728,11 @@ pub fn run(a: SwitchArgs) -> Result<()> {
     let mut stages = Vec::with_capacity(workers);
     let mut shared_w = Vec::with_capacity(workers);
     for (w, ports) in opened.ports.into_iter().enumerate() {
-        let sw = SwitchWorker::new(fr.clone(), nports as u16, ltx.clone(), aging_ns);
+        let mut sw = SwitchWorker::new(fr.clone(), nports as u16, ltx.clone(), aging_ns);
+        if a.fib_cache > 0 {
+            sw.set_cache(a.fib_cache, ctl.epoch(), 0x5eed ^ w as u64)
+                .context("the FIB cache")?;
+        }
         let flooded: Arc<[Counter]> = (0..nports).map(|_| Counter::default()).collect();
         shared_w.push(WorkerShared {
             switch: sw.stats().clone(),

@@ -6,7 +6,33 @@ use crate::worker::Learn;
 use fp_cuckoo::{CompactReader, CompactWriter, InsertError};
 use fp_wire::ethernet::MacAddr;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::Arc;
+
+/// The count of FIB changes a cached answer could miss: an entry moved to another port or
+/// removed. (A new entry needs no count: caches hold answers for MACs found in the FIB only.)
+///
+/// The writer changes the FIB, then [`bump`](FibEpoch::bump)s (Release); a worker loads the count
+/// (Acquire) once per burst and uses a cached answer only if it was cached under that same count,
+/// so no answer outlives a change by more than the burst that overlapped it — as if that burst
+/// had read the FIB just before the change.
+#[derive(Clone, Debug, Default)]
+pub struct FibEpoch(Arc<AtomicU64>);
+
+impl FibEpoch {
+    /// The current count.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Count a change (after making it).
+    #[inline]
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}
 
 /// What the FIB writer did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +57,7 @@ pub struct SwitchControl {
     last_seen: HashMap<MacAddr, u64>,
     aging_ns: u64,
     stats: ControlStats,
+    epoch: FibEpoch,
 }
 
 /// A learn queue: the sender for workers (clone it per worker), the receiver for the writer.
@@ -48,12 +75,24 @@ impl SwitchControl {
             last_seen: HashMap::new(),
             aging_ns,
             stats: ControlStats::default(),
+            epoch: FibEpoch::default(),
         }
+    }
+
+    /// The FIB's change count, for the workers' caches.
+    pub fn epoch(&self) -> FibEpoch {
+        self.epoch.clone()
     }
 
     /// Add a static entry: learning never overrides it and it never ages.
     pub fn add_static(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
-        self.fib.insert(mac.to_u64(), port)?;
+        if self
+            .fib
+            .insert(mac.to_u64(), port)?
+            .is_some_and(|old| old != port)
+        {
+            self.epoch.bump();
+        }
         self.statics.insert(mac);
         self.last_seen.remove(&mac);
         Ok(())
@@ -61,7 +100,14 @@ impl SwitchControl {
 
     /// Insert an entry that neither ages nor is protected from learning (bulk preload).
     pub fn preload(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
-        self.fib.insert(mac.to_u64(), port).map(|_| ())
+        if self
+            .fib
+            .insert(mac.to_u64(), port)?
+            .is_some_and(|old| old != port)
+        {
+            self.epoch.bump();
+        }
+        Ok(())
     }
 
     /// Apply every queued learn event; returns how many.
@@ -89,6 +135,7 @@ impl SwitchControl {
             Some(_) => {
                 if self.fib.update(key, e.port).is_ok() {
                     self.stats.moved += 1;
+                    self.epoch.bump();
                 }
             }
             None => match self.fib.insert(key, e.port) {
@@ -114,6 +161,9 @@ impl SwitchControl {
         for m in &old {
             self.last_seen.remove(m);
             self.fib.remove(m.to_u64());
+        }
+        if !old.is_empty() {
+            self.epoch.bump();
         }
         self.stats.aged += old.len() as u64;
         old.len()

@@ -15,7 +15,9 @@
 //! small direct-mapped cache per worker). Static entries from the configuration are never changed
 //! by learning and never age.
 
+use crate::fib::FibEpoch;
 use fp_cuckoo::{CompactReader, Prefetch};
+use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool};
 use fp_pipeline::stats::Counter;
 use fp_wire::ethernet::MacAddr;
@@ -92,6 +94,25 @@ counters! {
     learn_sent => "learn_sent",
     /// Learn events dropped because the queue was full (the frames were forwarded).
     learn_dropped => "learn_dropped",
+    /// Destination lookups answered by the worker's FIB cache.
+    cache_hit => "cache_hit",
+    /// Destination lookups the FIB cache could not answer (looked up in the FIB).
+    cache_miss => "cache_miss",
+}
+
+/// A worker's BLP cache in front of the FIB (CuckooSwitch's table, cached as *Fast Software Cache
+/// Design*, §4.4-§5, proposes): MAC → (port, the FIB's change count when cached). An answer cached
+/// under an older count is a miss ([`crate::fib::FibEpoch`]).
+struct FibCache {
+    cache: KeyedCache<Key, (u16, u64)>,
+    epoch: FibEpoch,
+    seed: u64,
+    on: bool,
+    hashes: Vec<u64>,
+    hits: Vec<Option<(u16, u64)>>,
+    miss: Vec<Key>,
+    miss_at: Vec<u16>,
+    miss_out: Vec<Option<u16>>,
 }
 
 /// Per-worker cache of recently reported source MACs: (mac, port, time reported).
@@ -111,6 +132,7 @@ pub struct SwitchWorker {
     src: Vec<u64>,
     out: Vec<Option<u16>>,
     seen: Vec<Option<u16>>,
+    cache: Option<Box<FibCache>>,
 }
 
 impl SwitchWorker {
@@ -135,6 +157,97 @@ impl SwitchWorker {
             src: Vec::with_capacity(64),
             out: Vec::with_capacity(64),
             seen: Vec::with_capacity(64),
+            cache: None,
+        }
+    }
+
+    /// Put a flow cache of `entries` entries (at most 65 536) in front of the FIB for destination
+    /// lookups, invalidated by `epoch` (the FIB writer's [`SwitchControl::epoch`]).
+    ///
+    /// [`SwitchControl::epoch`]: crate::fib::SwitchControl::epoch
+    pub fn set_cache(
+        &mut self,
+        entries: usize,
+        epoch: FibEpoch,
+        seed: u64,
+    ) -> Result<(), fp_flowcache::Error> {
+        self.cache = Some(Box::new(FibCache {
+            cache: KeyedCache::new(entries, seed)?,
+            epoch,
+            seed,
+            on: true,
+            hashes: Vec::with_capacity(64),
+            hits: Vec::with_capacity(64),
+            miss: Vec::with_capacity(64),
+            miss_at: Vec::with_capacity(64),
+            miss_out: Vec::with_capacity(64),
+        }));
+        Ok(())
+    }
+
+    /// Switch the cache off or back on (for measurements; a cache switched on starts empty).
+    pub fn set_cache_on(&mut self, on: bool) {
+        if let Some(c) = &mut self.cache {
+            if on && !c.on {
+                c.cache.clear();
+            }
+            c.on = on;
+        }
+    }
+
+    /// Entries and bytes of the cache, if there is one.
+    pub fn cache_size(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|c| (c.cache.capacity(), c.cache.bytes()))
+    }
+
+    /// Destination lookups through the cache: hits under the current change count answered from
+    /// it, the rest looked up in the FIB as a batch and cached.
+    fn lookup_cached(&mut self, keys: &[u64], out: &mut [Option<u16>]) {
+        let Some(c) = self.cache.as_deref_mut().filter(|c| c.on) else {
+            self.lookup(keys, out);
+            return;
+        };
+        let n = keys.len();
+        let now = c.epoch.get();
+        c.hashes.clear();
+        c.hashes
+            .extend(keys.iter().map(|&k| fp_hash::hash_u64(c.seed, k)));
+        c.hits.clear();
+        c.hits.resize(n, None);
+        c.cache.get_batch(&c.hashes, keys, &mut c.hits);
+        c.miss.clear();
+        c.miss_at.clear();
+        for (i, h) in c.hits.iter().enumerate() {
+            match h {
+                Some((port, e)) if *e == now => out[i] = Some(*port),
+                _ => {
+                    c.miss.push(keys[i]);
+                    c.miss_at.push(i as u16);
+                }
+            }
+        }
+        let m = c.miss.len();
+        self.stats.cache_hit.add((n - m) as u64);
+        self.stats.cache_miss.add(m as u64);
+        if m == 0 {
+            return;
+        }
+        c.miss_out.clear();
+        c.miss_out.resize(m, None);
+        self.fib
+            .get_batch_with(&c.miss, &mut c.miss_out, Prefetch::TwoRound);
+        for (j, &i) in c.miss_at.iter().enumerate() {
+            let i = i as usize;
+            out[i] = c.miss_out[j];
+            if let Some(port) = c.miss_out[j] {
+                if c.hits[i].is_some() {
+                    c.cache.put(c.hashes[i], keys[i], (port, now));
+                } else {
+                    c.cache.put_absent(c.hashes[i], keys[i], (port, now));
+                }
+            }
         }
     }
 
@@ -200,7 +313,7 @@ impl SwitchWorker {
         let (dst, src) = (std::mem::take(&mut self.dst), std::mem::take(&mut self.src));
         let mut out = std::mem::take(&mut self.out);
         let mut seen = std::mem::take(&mut self.seen);
-        self.lookup(&dst, &mut out);
+        self.lookup_cached(&dst, &mut out);
         if self.learning {
             seen.clear();
             seen.resize(n, None);
@@ -376,6 +489,104 @@ mod tests {
             }
             outs
         }
+    }
+
+    /// Two switches see the same frames, moves and aging, one with a small FIB cache (its ring
+    /// recycles), one without: every frame leaves by the same ports. An answer that outlived a
+    /// move or an aged-out entry would send a frame to the old port instead of flooding or
+    /// following the move.
+    #[test]
+    fn the_fib_cache_never_changes_a_decision() {
+        let aging = 50_000_000; // 50 ms
+        let mk = |cache: bool| {
+            let (fw, fr) = CompactMap::new(&Config::with_capacity(4096)).unwrap();
+            let (ltx, lrx) = learn_queue(4096);
+            let c = SwitchControl::new(fw, lrx, aging);
+            let mut w = SwitchWorker::new(fr, 4, ltx, aging);
+            if cache {
+                w.set_cache(64, c.epoch(), 9).unwrap();
+            }
+            Sw {
+                w,
+                c,
+                pool: Pool::new(1024),
+                tx: (0..4).map(|_| burst()).collect(),
+            }
+        };
+        let (mut a, mut b) = (mk(true), mk(false));
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        // 300 hosts, each on a home port that changes now and then (a move).
+        let mut home: Vec<u16> = (0..300).map(|i| (i % 4) as u16).collect();
+        let mut now = 1u64;
+        for burst_no in 0..4000 {
+            now += rnd(2_000_000);
+            if rnd(20) == 0 {
+                let h = rnd(300) as usize;
+                home[h] = rnd(4) as u16;
+            }
+            let port = rnd(4) as u16;
+            let frames: Vec<Vec<u8>> = (0..16)
+                .map(|_| {
+                    let src = rnd(300);
+                    let dst = rnd(300);
+                    frame(plus(A, dst), plus(A, src))
+                })
+                .filter(|f| {
+                    home[(MacAddr(f[6..12].try_into().unwrap()).to_u64() - A.to_u64()) as usize]
+                        == port
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for s in [&mut a, &mut b] {
+                let mut rx = burst();
+                for f in &frames {
+                    let mut p = s.pool.get().unwrap();
+                    p.fill(f);
+                    rx.push(p);
+                }
+                s.w.process(port, &mut rx, &mut s.tx, &mut s.pool, now);
+                s.c.drain();
+                if burst_no % 10 == 0 {
+                    s.c.age(now);
+                }
+                let o: Vec<Vec<Vec<u8>>> =
+                    s.tx.iter_mut()
+                        .map(|t| {
+                            let v = t.iter().map(|p| p.data().to_vec()).collect();
+                            s.pool.put_all(t);
+                            v
+                        })
+                        .collect();
+                outs.push(o);
+            }
+            assert_eq!(
+                outs[0], outs[1],
+                "burst {burst_no}: the cached switch forwarded differently"
+            );
+        }
+        let (sa, sb) = (a.w.stats(), b.w.stats());
+        assert_eq!(sa.forwarded.get(), sb.forwarded.get());
+        assert_eq!(sa.flooded.get(), sb.flooded.get());
+        // Most bursts come after a change (a move or an aging pass): the cache is tested far more
+        // on invalidation than it would be in a real switch.
+        assert!(
+            sa.cache_hit.get() > 200 && sa.cache_miss.get() > 1000,
+            "{} hits, {} misses",
+            sa.cache_hit.get(),
+            sa.cache_miss.get()
+        );
+        assert!(
+            a.c.stats().moved > 10 && a.c.stats().aged > 50,
+            "{:?}",
+            a.c.stats()
+        );
+        assert_eq!(sb.cache_hit.get() + sb.cache_miss.get(), 0);
     }
 
     #[test]
