@@ -482,10 +482,13 @@ pub fn run(o: LiveOptions) -> Result<()> {
     let trace = TraceLog::new(1024);
     let mut stages = Vec::with_capacity(workers);
     let mut stats = Vec::with_capacity(workers);
+    // The batching window as offline (a tenth of the gap): a burst arriving later than that after
+    // the last pass first finishes the packets still recirculating.
+    let window_ns = o.lb.flowlet_timeout_ns / 10;
     for (w, ports) in opened.ports.into_iter().enumerate() {
         let st = Arc::new(LiveStats::new(n));
-        let mut stage =
-            Worker::new(o.lb.clone(), o.next_hops.clone(), 0, 1)?.per_path(1, src_macs.clone());
+        let mut stage = Worker::new(o.lb.clone(), o.next_hops.clone(), window_ns, 1)?
+            .per_path(1, src_macs.clone());
         stage.live = Some(Hooks {
             worker: w,
             stats: st.clone(),

@@ -340,25 +340,13 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     if let Err(e) = stop_balancer(lab, &fp, t0) {
         failures.push(format!("shutdown: {e:#}"));
     }
-    ensure!(
-        failures.is_empty(),
-        "{} failure(s):\n  {}",
-        failures.len(),
-        failures.join("\n  ")
-    );
-    Ok(())
+    none_failed(&failures)
 }
 
 fn run_driver(driver: &str) {
     run_lab(
         driver,
-        || {
-            build(if driver == "af_xdp" {
-                "mtu-xsk"
-            } else {
-                "mtu-pkt"
-            })
-        },
+        || build(&lab_tag("mtu", driver)),
         |lab, balancer, t0| scenario(lab, driver, balancer, t0),
     );
 }

@@ -47,6 +47,7 @@ use crate::config::EncapKind;
 use crate::frag::{Decision, FragAction, FragTable, Piece};
 use crate::snapshot::{Cached, Published, QuicMiss, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
+use fp_control::trace::TokenBucket;
 use fp_cuckoo::{Config as TableConfig, GeneralMap, InsertError, Layout, Placed, Writer};
 use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
@@ -232,51 +233,14 @@ impl Guard {
     }
 }
 
-/// The worker's ICMP "too big" rate limit: a token bucket of `balancer.icmp_rate` per second with
-/// a burst of up to [`ICMP_BURST`] (the kernel's own ICMP limits have the same shape).
-struct IcmpLimit {
-    /// Tokens per second (0: never send).
-    rate: u64,
-    /// Bucket size and content, in thousandths of a token.
-    burst_milli: u64,
-    milli: u64,
-    last_ms: u32,
+/// The worker's ICMP "too big" rate limit: `balancer.icmp_rate` per second with bursts of up to
+/// [`ICMP_BURST`] (the shape of the kernel's own ICMP limits); `None` when the rate is 0.
+fn icmp_limit(rate: u32) -> Option<TokenBucket> {
+    (rate > 0).then(|| TokenBucket::new(rate as f64, rate.min(ICMP_BURST)))
 }
 
 /// Most ICMP errors a worker sends back to back.
-const ICMP_BURST: u64 = 50;
-
-impl IcmpLimit {
-    fn new(rate: u32) -> IcmpLimit {
-        let mut l = IcmpLimit {
-            rate: 0,
-            burst_milli: 0,
-            milli: u64::MAX,
-            last_ms: 0,
-        };
-        l.configure(rate);
-        l
-    }
-
-    fn configure(&mut self, rate: u32) {
-        self.rate = rate as u64;
-        self.burst_milli = self.rate.min(ICMP_BURST) * 1000;
-        self.milli = self.milli.min(self.burst_milli);
-    }
-
-    /// Take a token if there is one.
-    fn allow(&mut self, now_ms: u32) -> bool {
-        let dt = now_ms.wrapping_sub(self.last_ms) as u64;
-        self.last_ms = now_ms;
-        self.milli = (self.milli + dt * self.rate).min(self.burst_milli);
-        if self.milli >= 1000 {
-            self.milli -= 1000;
-            true
-        } else {
-            false
-        }
-    }
-}
+const ICMP_BURST: u32 = 50;
 
 /// Most fragments one datagram is cut into for the path MTU (a 2 KiB frame at the smallest MTU
 /// needs 5).
@@ -474,7 +438,7 @@ pub struct LbWorker {
     /// Connection-table slots (IPv4, IPv6), fixed at construction.
     slots: (usize, usize),
     guard: Guard,
-    icmp: IcmpLimit,
+    icmp: Option<TokenBucket>,
     tracer: Option<Box<dyn Tracer>>,
     /// Where forwarded packets leave, as a [`Stage`]: the port they came in on (`None`, a
     /// one-armed balancer) or a fixed port.
@@ -518,7 +482,7 @@ impl LbWorker {
         let idle_ms = b.conn_idle_timeout_ms;
         let slots = (conn4.stats().slots, conn6.stats().slots);
         let guard = Guard::new(b, slots);
-        let icmp = IcmpLimit::new(b.icmp_rate);
+        let icmp = icmp_limit(b.icmp_rate);
         let entries = b.conn_cache_entries;
         let (cache4, cache6) = if entries == 0 {
             (None, None)
@@ -646,8 +610,7 @@ impl LbWorker {
             // restart).
             self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
             self.guard.configure(&self.snap.get().config.balancer);
-            self.icmp
-                .configure(self.snap.get().config.balancer.icmp_rate);
+            self.icmp = icmp_limit(self.snap.get().config.balancer.icmp_rate);
             self.stats
                 .set_state(self.tables.frags.held(), self.snap.get().generation);
         }
@@ -673,7 +636,7 @@ impl LbWorker {
             ident,
             seed: *seed,
             icmp,
-            now_ms: (now_ns / 1_000_000) as u32,
+            now_ns,
         };
         out.stats.burst(rx.len());
         scratch.pkts.clear();
@@ -849,8 +812,8 @@ struct Emitter<'a> {
     pool: &'a mut Pool,
     ident: &'a mut u16,
     seed: u64,
-    icmp: &'a mut IcmpLimit,
-    now_ms: u32,
+    icmp: &'a mut Option<TokenBucket>,
+    now_ns: u64,
 }
 
 impl Emitter<'_> {
@@ -943,7 +906,8 @@ impl Emitter<'_> {
             self.pool.put(p);
             return;
         }
-        if !self.icmp.allow(self.now_ms) {
+        let now_ns = self.now_ns;
+        if !self.icmp.as_mut().is_some_and(|b| b.take(now_ns)) {
             self.stats.count(Outcome::MtuIcmpLimited, 1);
             self.pool.put(p);
             return;

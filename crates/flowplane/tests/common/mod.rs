@@ -609,6 +609,23 @@ pub fn xdp_attached(lb: &Netns) -> Result<bool> {
     Ok(!v[0]["xdp"].is_null())
 }
 
+/// The test network's tag for a test `prefix` and a port driver: `PREFIX-pkt` or `PREFIX-xsk`.
+pub fn lab_tag(prefix: &str, driver: &str) -> String {
+    let d = if driver == "af_xdp" { "xsk" } else { "pkt" };
+    format!("{prefix}-{d}")
+}
+
+/// Ok when nothing failed, else an error listing every failure.
+pub fn none_failed(failures: &[String]) -> Result<()> {
+    ensure!(
+        failures.is_empty(),
+        "{} failure(s):\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+    Ok(())
+}
+
 pub fn step(name: &str, t0: Instant) {
     println!("[{:>6.2}s] {name}", t0.elapsed().as_secs_f64());
 }
