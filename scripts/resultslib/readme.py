@@ -114,25 +114,42 @@ def t_live(runs):
     r = runs["live"]
     kf = r.one("kernel_forward")
     kcpu = r.one("kernel_forward_forwarding_cpu_per_frame")
-    rows = [["kernel forwarding", num(kf["value"]), "1", f"{num(kcpu['value'])} ns", "1", "—"]]
+    rows = [["kernel forwarding", num(kf["value"]), "1", f"{num(kcpu['value'])} ns", "1", "—", "—"]]
     for case, label in (("af_packet", "AF_PACKET"), ("af_xdp", "AF_XDP (copy mode)")):
+        f = r.find(f"forwarder_{case}")
+        if f:
+            fc = r.one(f"forwarder_{case}_forwarding_cpu_per_frame")
+            ft = r.one(f"forwarder_{case}_thread_cpu_per_frame")
+            rows.append(
+                [
+                    f"no-lookup forwarder, {label}",
+                    num(f[0]["value"]),
+                    ratio(f[0].get("ratio")),
+                    f"{num(fc['value'])} ns",
+                    ratio(fc.get("ratio")),
+                    f"{num(ft['value'])} ns (thread)",
+                    "1",
+                ]
+            )
         d = r.one(case)
         c = r.one(f"{case}_forwarding_cpu_per_frame")
         b = r.one(f"{case}_balancer_process_cpu_per_frame")
+        vs = r.find(f"{case}_vs_forwarder")
         rows.append(
             [
-                label,
+                f"balancer, {label}",
                 num(d["value"]),
                 ratio(d.get("ratio")),
                 f"{num(c['value'])} ns",
                 ratio(c.get("ratio")),
                 f"{num(b['params']['user_ns'])} + {num(b['params']['system_ns'])} ns",
+                ratio(vs[0].get("ratio")) if vs else "—",
             ]
         )
     return table(
-        ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "balancer thread: user + system"],
+        ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "own thread(s): user + system", "of the forwarder (kpps)"],
         rows,
-        ["---", "---:", "---:", "---:", "---:", "---:"],
+        ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
     ) + "\n\n" + source(r)
 
 

@@ -11,6 +11,12 @@
 //! * `kernel_forward` — the peer: Linux routes the VIP to the same next hop (`ip_forward=1`, one
 //!   route, redirects off) between the same namespaces.
 //! * `af_packet`, `af_xdp` — `flowplane run --interface` with one worker, GRE toward the backend.
+//! * `forwarder_af_packet`, `forwarder_af_xdp` — the no-lookup forwarder on the same port driver,
+//!   interface and capture as the balancer: one engine worker (pinned to CPU 1) whose stage only
+//!   rewrites the Ethernet addresses of each frame to the VIP (toward the backend's MAC) and hands
+//!   the burst back to the port — receive, rewrite, transmit: what the ports can do, the bound the
+//!   balancer's work sits on (CuckooSwitch's Table 2 "raw packet I/O"). Its CPU figure is the
+//!   forwarding thread's own run time (`/proc/self/task/TID/schedstat`).
 //!
 //! Reported per case: frames per second delivered back to the sender namespace (the balancer's
 //! veth `tx_packets`), the whole machine's CPU time per delivered frame (`/proc/stat`, both
@@ -22,9 +28,12 @@
 use super::{CommonOpts, Record, Report};
 use anyhow::{bail, Context, Result};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
+use fp_engine::driver::{self, Options, Running, Worker};
+use fp_engine::live::{Capture, LiveControl, LiveSpec};
 use fp_engine::port::Port;
 use fp_pipeline::craft::{self, Endpoints};
-use fp_pipeline::packet::{burst, Pool, MAX_BURST};
+use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
+use fp_pipeline::stage::{Outputs, Stage};
 use fp_testnet::{Netns, TestNet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +70,8 @@ struct Sample {
     machine_ns: u64,
     /// CPU time of the balancer process (user, system), ns.
     balancer_ns: (u64, u64),
+    /// Run time of the no-lookup forwarder's thread, ns.
+    forwarder_ns: u64,
 }
 
 /// `/proc` reports CPU time in USER_HZ ticks, which Linux fixes at 100 per second on every
@@ -202,7 +213,104 @@ struct Outcome {
     machine_ns: f64,
     /// Balancer process CPU per frame: (user, system) ns.
     balancer_ns: Option<(f64, f64)>,
+    /// The no-lookup forwarder's thread CPU per frame, ns.
+    forwarder_ns: Option<f64>,
     offered_pps: f64,
+}
+
+/// The no-lookup forwarder: IPv4 frames to the VIP get the backend's MAC as destination and the
+/// balancer's as source and go back out of the port they came in on; anything else is dropped.
+struct Forwarder {
+    dst: [u8; 6],
+    src: [u8; 6],
+    vip: [u8; 4],
+    tid: Arc<std::sync::atomic::AtomicI32>,
+}
+
+impl Stage for Forwarder {
+    fn process(
+        &mut self,
+        port: usize,
+        rx: &mut Vec<Packet>,
+        out: &mut Outputs,
+        pool: &mut Pool,
+        _now_ns: u64,
+    ) {
+        for mut p in rx.drain(..) {
+            let d = p.data_mut();
+            if d.len() >= 34 && d[12..14] == [0x08, 0x00] && d[30..34] == self.vip {
+                d[0..6].copy_from_slice(&self.dst);
+                d[6..12].copy_from_slice(&self.src);
+                out.to(port).push(p);
+            } else {
+                pool.put(p);
+            }
+        }
+    }
+
+    fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
+        if self.tid.load(Ordering::Relaxed) == 0 {
+            // "/proc/thread-self" links to "PID/task/TID".
+            let tid = std::fs::read_link("/proc/thread-self")
+                .ok()
+                .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
+                .unwrap_or(-1);
+            self.tid.store(tid, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A thread's run time so far (`/proc/self/task/TID/schedstat`, ns).
+fn task_cpu_ns(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Start the no-lookup forwarder on the balancer's interface with port driver `driver`.
+#[allow(clippy::type_complexity)]
+fn start_forwarder(
+    b: &Bed,
+    driver: &str,
+) -> Result<(
+    Running<Forwarder>,
+    Arc<std::sync::atomic::AtomicI32>,
+    LiveControl,
+)> {
+    let d = fp_engine::live::driver(driver).map_err(|e| anyhow::anyhow!(e))?;
+    let vip: IpAddr = VIP.parse().expect("literal");
+    let spec = LiveSpec::new(&["eth0"], 1, Capture::Destinations(vec![vip]));
+    let mut opened = b.balancer.enter(move || d.open(&spec))??;
+    let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let running = driver::start(
+        vec![Worker {
+            stage: Forwarder {
+                dst: b.sender_mac,
+                src: b.balancer_mac,
+                vip: VIP.parse::<Ipv4Addr>().expect("literal").octets(),
+                tid: tid.clone(),
+            },
+            ports: opened.ports.remove(0),
+        }],
+        &Options {
+            name: "fp-forward".into(),
+            pin: true,
+            first_cpu: 1,
+            ..Options::default()
+        },
+    )?;
+    let t = Instant::now();
+    while tid.load(Ordering::Relaxed) == 0 {
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(20),
+            "the forwarder did not start"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The control (steering, interface settings) is undone when the caller drops it, after the
+    // run.
+    Ok((running, tid, opened.control))
 }
 
 fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
@@ -237,8 +345,12 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
             p.wait_log("flowplane: ready", Duration::from_secs(10))?;
             Some(p)
         }
-        "sender_only" | "kernel_forward" => None,
+        "sender_only" | "kernel_forward" | "forwarder_af_packet" | "forwarder_af_xdp" => None,
         other => bail!("--cases: unknown case {other:?}"),
+    };
+    let fwd = match case.strip_prefix("forwarder_") {
+        Some(driver) => Some(start_forwarder(b, driver)?),
+        None => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let offered = Arc::new(AtomicU64::new(0));
@@ -251,6 +363,9 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
             offered: offered.load(Ordering::Relaxed),
             machine_ns: machine_busy_ns()?,
             balancer_ns: proc.as_ref().map_or((0, 0), |p| process_cpu_ns(p.pid())),
+            forwarder_ns: fwd
+                .as_ref()
+                .map_or(0, |(_, tid, _)| task_cpu_ns(tid.load(Ordering::Relaxed))),
         })
     };
     std::thread::sleep(Duration::from_secs(1));
@@ -262,6 +377,10 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
         .join()
         .map_err(|_| anyhow::anyhow!("sender panicked"))?;
     sent.context("sender")?;
+    if let Some((running, _, control)) = fwd {
+        running.stop()?;
+        drop(control);
+    }
     if let Some(p) = &proc {
         let log = p.log();
         p.stop(Duration::from_secs(5));
@@ -292,6 +411,9 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
                 (z.balancer_ns.1 - a.balancer_ns.1) as f64 / per as f64,
             )
         }),
+        forwarder_ns: case
+            .starts_with("forwarder_")
+            .then(|| (z.forwarder_ns - a.forwarder_ns) as f64 / per as f64),
         offered_pps: offered_n as f64 / dt,
     })
 }
@@ -301,7 +423,14 @@ pub fn run(a: LiveArgs) -> Result<()> {
         .secs
         .unwrap_or(if a.common.quick { 3.0 } else { 10.0 })
         .max(0.5);
-    let all = ["sender_only", "kernel_forward", "af_packet", "af_xdp"];
+    let all = [
+        "sender_only",
+        "kernel_forward",
+        "forwarder_af_packet",
+        "af_packet",
+        "forwarder_af_xdp",
+        "af_xdp",
+    ];
     let cases: Vec<&str> = if a.cases.is_empty() {
         all.to_vec()
     } else {
@@ -356,6 +485,28 @@ pub fn run(a: LiveArgs) -> Result<()> {
                         r = r.peer("kernel_forward", (k.machine_ns - s).max(0.0));
                     }
                     report.add(r)?;
+                }
+                if let Some(ns) = o.forwarder_ns {
+                    report.add(
+                        Record::lower(format!("{c}_thread_cpu_per_frame"), ns, "ns")
+                            .param("method", "forwarding thread's run time (schedstat)"),
+                    )?;
+                }
+                // The balancer against the no-lookup forwarder on the same driver: what its work
+                // costs on top of the ports'.
+                if let Some(f) = find(&format!("forwarder_{c}")) {
+                    report.add(
+                        Record::higher(format!("{c}_vs_forwarder"), o.pps / 1e3, "kpps")
+                            .param("offered_kpps", o.offered_pps / 1e3)
+                            .peer(format!("forwarder_{c}"), f.pps / 1e3),
+                    )?;
+                    if let (Some(n), Some(s)) = (net, send_cost) {
+                        report.add(
+                            Record::lower(format!("{c}_forwarding_cpu_vs_forwarder"), n, "ns")
+                                .param("method", "machine CPU minus sender_only")
+                                .peer(format!("forwarder_{c}"), (f.machine_ns - s).max(0.0)),
+                        )?;
+                    }
                 }
                 if let Some((user, sys)) = o.balancer_ns {
                     report.add(
