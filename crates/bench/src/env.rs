@@ -210,6 +210,31 @@ pub fn provenance(bench: &str) -> Value {
     })
 }
 
+/// Record the calling thread's id in `slot` once (from a stage's `maintain`, so that the
+/// benchmark can read that thread's CPU time with [`thread_cpu_ns`]).
+pub fn note_thread_id(slot: &std::sync::atomic::AtomicI32) {
+    use std::sync::atomic::Ordering;
+    if slot.load(Ordering::Relaxed) == 0 {
+        // "/proc/thread-self" links to "PID/task/TID".
+        let tid = std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
+            .unwrap_or(-1);
+        slot.store(tid, Ordering::Relaxed);
+    }
+}
+
+/// A thread of this process's run time so far (`/proc/self/task/TID/schedstat`, ns; the
+/// scheduler updates it at least every tick).
+pub fn thread_cpu_ns(tid: i32) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    let t = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))?;
+    t.split_whitespace()
+        .next()
+        .and_then(|x| x.parse().ok())
+        .context("unreadable schedstat")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -249,23 +249,8 @@ impl Stage for Forwarder {
     }
 
     fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
-        if self.tid.load(Ordering::Relaxed) == 0 {
-            // "/proc/thread-self" links to "PID/task/TID".
-            let tid = std::fs::read_link("/proc/thread-self")
-                .ok()
-                .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
-                .unwrap_or(-1);
-            self.tid.store(tid, Ordering::Relaxed);
-        }
+        crate::env::note_thread_id(&self.tid);
     }
-}
-
-/// A thread's run time so far (`/proc/self/task/TID/schedstat`, ns).
-fn task_cpu_ns(tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Start the no-lookup forwarder on the balancer's interface with port driver `driver`.
@@ -363,9 +348,9 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
             offered: offered.load(Ordering::Relaxed),
             machine_ns: machine_busy_ns()?,
             balancer_ns: proc.as_ref().map_or((0, 0), |p| process_cpu_ns(p.pid())),
-            forwarder_ns: fwd
-                .as_ref()
-                .map_or(0, |(_, tid, _)| task_cpu_ns(tid.load(Ordering::Relaxed))),
+            forwarder_ns: fwd.as_ref().map_or(Ok(0), |(_, tid, _)| {
+                crate::env::thread_cpu_ns(tid.load(Ordering::Relaxed))
+            })?,
         })
     };
     std::thread::sleep(Duration::from_secs(1));

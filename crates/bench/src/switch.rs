@@ -923,16 +923,6 @@ mod live {
         forwarded: Option<u64>,
     }
 
-    /// The forwarding thread's run time so far (`/proc/self/task/TID/schedstat`, ns; the
-    /// scheduler updates it at least every tick).
-    fn task_cpu_ns(tid: i32) -> Result<u64> {
-        let t = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))?;
-        t.split_whitespace()
-            .next()
-            .and_then(|x| x.parse().ok())
-            .context("unreadable schedstat")
-    }
-
     /// The forwarder as a stage of the engine: frames from p0 (port 0) go to p1 (port 1), through
     /// the switch worker (learning off) or, without a FIB, handed over as received — the paper's
     /// Table 2 bound. It records its thread's id for the CPU-time samples.
@@ -962,14 +952,7 @@ mod live {
         }
 
         fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
-            if self.tid.load(Ordering::Relaxed) == 0 {
-                // "/proc/thread-self" links to "PID/task/TID".
-                let tid = std::fs::read_link("/proc/thread-self")
-                    .ok()
-                    .and_then(|l| l.file_name()?.to_str()?.parse::<i32>().ok())
-                    .unwrap_or(-1);
-                self.tid.store(tid, Ordering::Relaxed);
-            }
+            crate::env::note_thread_id(&self.tid);
         }
     }
 
@@ -1035,7 +1018,7 @@ mod live {
                 b.rcv_link.stats()?.rx_packets,
                 offered.load(Ordering::Relaxed),
                 counters.ports[0].rx.get(),
-                task_cpu_ns(tid)?,
+                crate::env::thread_cpu_ns(tid)?,
             ))
         };
         let (a, z) = window(secs, &stop, sender, sample)?;
