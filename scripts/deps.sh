@@ -28,6 +28,8 @@ have bird || need+=(bird2)  # BGP speaker: the VIP announcer (fp-control announc
 have prometheus || need+=(prometheus)
 have systemd-analyze || need+=(systemd)
 have setpriv || need+=(util-linux)
+# The cluster node keeps its entries and members in etcd; its tests run a real one.
+have etcd || need+=(etcd-server)
 # The QUIC test peers run on aioquic (PyPI) in the project's own virtual environment.
 /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 

@@ -82,6 +82,7 @@
 
 pub mod admin;
 pub mod announce;
+pub mod etcd;
 pub mod health;
 pub mod json;
 pub mod metrics;

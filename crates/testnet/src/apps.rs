@@ -381,6 +381,42 @@ impl Netns {
         Ok(proc)
     }
 
+    /// Start a single-member etcd (Debian's `etcd-server`) serving clients on `ip:port` and peers on
+    /// `ip:port+1`, its data in `dir`, and wait until it accepts connections. Its endpoint is
+    /// `http://ip:port`.
+    pub fn etcd(&self, ip: &str, port: u16, dir: &Path) -> Result<Proc> {
+        let client = format!("http://{ip}:{port}");
+        let peer = format!("http://{ip}:{}", port + 1);
+        let data = dir.join("etcd-data");
+        let proc = self
+            .cmd([
+                "etcd".as_ref(),
+                "--name".as_ref(),
+                "fp-test".as_ref(),
+                "--data-dir".as_ref(),
+                data.as_os_str(),
+                "--listen-client-urls".as_ref(),
+                client.as_ref(),
+                "--advertise-client-urls".as_ref(),
+                client.as_ref(),
+                "--listen-peer-urls".as_ref(),
+                peer.as_ref(),
+                "--initial-advertise-peer-urls".as_ref(),
+                peer.as_ref(),
+                "--initial-cluster".as_ref(),
+                format!("fp-test={peer}").as_ref(),
+            ])
+            .spawn()?;
+        let addr: SocketAddr = format!("{ip}:{port}").parse().map_err(|_| Error::Failed {
+            cmd: proc.line().to_string(),
+            status: format!("bad address {ip}:{port}"),
+            stdout: String::new(),
+            stderr: String::new(),
+        })?;
+        proc.wait_tcp(addr, START_TIMEOUT)?;
+        Ok(proc)
+    }
+
     /// Start an iperf3 server on `port` and wait until it accepts connections.
     pub fn iperf3_server(&self, port: u16) -> Result<Proc> {
         let p = port.to_string();

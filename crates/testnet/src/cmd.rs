@@ -73,6 +73,7 @@ pub(crate) fn package_of(tool: &str) -> &str {
         "nginx" => "nginx-light",
         "python3" | "/usr/bin/python3" => "python3",
         "sysctl" => "procps",
+        "etcd" => "etcd-server",
         t => t,
     }
 }
