@@ -18,6 +18,8 @@ use crate::{Error, Mode};
 use fp_cuckoo::{CompactWriter, InsertError};
 use fp_setsep::Updater;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What a control-plane call changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +46,7 @@ pub struct Controller {
     pub(crate) entries: HashMap<u64, (u8, u16)>,
     pub(crate) fibs: Vec<CompactWriter>,
     pub(crate) gpt: Option<Updater>,
+    pub(crate) down: Arc<AtomicU64>,
 }
 
 fn fib_err(node: u8) -> impl Fn(InsertError) -> Error {
@@ -64,6 +67,12 @@ impl Controller {
     /// True when there are no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Mark node `node` down (or up again): every node drops frames for it where they are
+    /// (`drop_owner_down`) instead of sending them over the interconnect.
+    pub fn set_down(&self, node: u8, down: bool) {
+        set_down(&self.down, node, down);
     }
 
     /// The partition table's writer (ScaleBricks).
@@ -188,5 +197,16 @@ impl Controller {
             }
         }
         Ok(Update::Deleted)
+    }
+}
+
+/// Set or clear node `node`'s bit in a down mask.
+pub(crate) fn set_down(mask: &AtomicU64, node: u8, down: bool) {
+    if node < 64 {
+        if down {
+            mask.fetch_or(1 << node, Ordering::Relaxed);
+        } else {
+            mask.fetch_and(!(1 << node), Ordering::Relaxed);
+        }
     }
 }

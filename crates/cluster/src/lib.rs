@@ -65,11 +65,13 @@ pub mod fabric;
 mod gen;
 pub mod interconnect;
 pub mod live;
+mod member;
 mod node;
 
 pub use controller::{Controller, Update};
 pub use fabric::{fabric, FabricPort};
 pub use gen::{Delivery, Frames, GenPort, Sink};
+pub use member::{Member, MemberStats};
 pub use node::{
     hash_home, Counters, NodeConfig, NodeStage, Published, Tables, DEFER, MAX_BURST, MAX_HOPS,
 };
@@ -79,7 +81,8 @@ use fp_engine::driver::{self, Core, Options};
 use fp_engine::port::{Port, PortStats, Wait};
 use fp_pipeline::packet::{Packet, Pool};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
 
 /// Seed tweaks that keep the cluster's tables' hashes independent of each other.
 const HOME_SEED: u64 = 0x4A5B_0E00_0000_0001;
@@ -344,6 +347,17 @@ pub fn build<P: Port>(
     entries: &[(u64, u8, u16)],
     ports: Vec<Vec<P>>,
 ) -> Result<(Cluster<P>, Controller), Error> {
+    let (tables, control) = build_tables(cfg, entries)?;
+    Ok((assemble(cfg, tables, ports)?, control))
+}
+
+/// A cluster of `cfg.nodes` nodes over an in-memory [`fabric`] reading `tables[i]` (from
+/// [`build_tables`], or each node's own [`Member`]), with `ports[i]` as node `i`'s external ports.
+pub fn assemble<P: Port>(
+    cfg: &ClusterConfig,
+    tables: Vec<Tables>,
+    ports: Vec<Vec<P>>,
+) -> Result<Cluster<P>, Error> {
     cfg.validate()?;
     let n = cfg.nodes as usize;
     if ports.len() != n || ports.iter().any(|p| p.len() != cfg.ports as usize) {
@@ -353,7 +367,13 @@ pub fn build<P: Port>(
             why: "need `ports` external ports per node",
         });
     }
-    let (tables, control) = build_tables(cfg, entries)?;
+    if tables.len() != n {
+        return Err(Error::Config {
+            field: "nodes",
+            value: tables.len().to_string(),
+            why: "need the tables of every node",
+        });
+    }
     let links = fabric(n, cfg.ring_slots, cfg.max_frame + interconnect::ENCAP);
     let nodes = links
         .into_iter()
@@ -373,7 +393,7 @@ pub fn build<P: Port>(
             core
         })
         .collect();
-    Ok((Cluster { nodes }, control))
+    Ok(Cluster { nodes })
 }
 
 /// Build the tables of a cluster of `cfg.nodes` nodes holding `entries` (key, owner, port): element
@@ -387,23 +407,12 @@ pub fn build_tables(
     cfg.validate()?;
     let n = cfg.nodes as usize;
     let capacity = cfg.capacity.max(entries.len()).max(1);
-    let per_node = match cfg.mode {
-        Mode::Duplicate => capacity,
-        _ => ((capacity as f64 / n as f64) * cfg.fib_slack).ceil() as usize + 64,
-    };
-    // Every table gets its own seed: a FIB whose bucket hash equals the hash that chose its keys
-    // (hash partitioning sends node 0 the keys whose hash is small) would fill a fraction of its
-    // buckets and overflow.
-    let home_seed = cfg.seed ^ HOME_SEED;
+    let home_seed = home_seed(cfg.seed);
+    let down = Arc::new(AtomicU64::new(0));
     let mut fibs = Vec::with_capacity(n);
     let mut readers = Vec::with_capacity(n);
     for i in 0..n {
-        let c = fp_cuckoo::Config::with_capacity(per_node)
-            .seed(fp_hash::splitmix64(
-                cfg.seed ^ (i as u64 + 1).wrapping_mul(FIB_SEED),
-            ))
-            .pages(cfg.pages);
-        let (w, r) = CompactMap::new(&c)?;
+        let (w, r) = node_fib(cfg, i as u8, capacity)?;
         fibs.push(w);
         readers.push(r);
     }
@@ -414,6 +423,7 @@ pub fn build_tables(
         entries: HashMap::with_capacity(entries.len()),
         fibs,
         gpt: None,
+        down: down.clone(),
     };
     // Validate and deduplicate (the last setting of a key wins), then fill the FIBs.
     for &(k, o, p) in entries {
@@ -454,13 +464,8 @@ pub fn build_tables(
         let keys: Vec<u64> = sorted.iter().map(|e| e.0).collect();
         let owners: Vec<u16> = sorted.iter().map(|e| e.1 as u16).collect();
         drop(sorted);
-        let mut sc = fp_setsep::Config::new(cfg.owner_bits())
-            .setting(cfg.gpt_setting.0, cfg.gpt_setting.1)
-            .seed(cfg.seed ^ GPT_SEED)
-            .threads(cfg.build_threads)
-            .capacity(capacity);
-        sc.pages = cfg.pages;
-        let (mut up, first) = fp_setsep::Updater::build(&sc, &keys, &owners)?;
+        let (mut up, first) =
+            fp_setsep::Updater::build(&gpt_config(cfg, capacity), &keys, &owners)?;
         gpts[0] = Some(first);
         for g in gpts.iter_mut().skip(1) {
             *g = Some(up.replica()?);
@@ -474,9 +479,48 @@ pub fn build_tables(
             fib,
             gpt,
             hash_seed: home_seed,
+            down: down.clone(),
         })
         .collect();
     Ok((tables, control))
+}
+
+/// Node `id`'s FIB, sized for its share of `capacity` entries (all of them under full
+/// duplication).
+pub(crate) fn node_fib(
+    cfg: &ClusterConfig,
+    id: u8,
+    capacity: usize,
+) -> Result<(fp_cuckoo::CompactWriter, fp_cuckoo::CompactReader), Error> {
+    let per_node = match cfg.mode {
+        Mode::Duplicate => capacity,
+        _ => ((capacity as f64 / cfg.nodes as f64) * cfg.fib_slack).ceil() as usize + 64,
+    };
+    // Every table gets its own seed: a FIB whose bucket hash equals the hash that chose its keys
+    // (hash partitioning sends node 0 the keys whose hash is small) would fill a fraction of its
+    // buckets and overflow.
+    let c = fp_cuckoo::Config::with_capacity(per_node)
+        .seed(fp_hash::splitmix64(
+            cfg.seed ^ (id as u64 + 1).wrapping_mul(FIB_SEED),
+        ))
+        .pages(cfg.pages);
+    Ok(CompactMap::new(&c)?)
+}
+
+/// The partition table's settings for a cluster sized for `capacity` entries.
+pub(crate) fn gpt_config(cfg: &ClusterConfig, capacity: usize) -> fp_setsep::Config {
+    let mut sc = fp_setsep::Config::new(cfg.owner_bits())
+        .setting(cfg.gpt_setting.0, cfg.gpt_setting.1)
+        .seed(cfg.seed ^ GPT_SEED)
+        .threads(cfg.build_threads)
+        .capacity(capacity);
+    sc.pages = cfg.pages;
+    sc
+}
+
+/// Seed of the hash-partitioning home function of a cluster seeded `seed`.
+pub(crate) fn home_seed(seed: u64) -> u64 {
+    seed ^ HOME_SEED
 }
 
 impl<P: Port> Cluster<P> {

@@ -51,6 +51,7 @@ use fp_pipeline::packet::{Packet, Pool};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_setsep::SetSep;
 use fp_wire::ethernet::MacAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Most interconnect hops a frame may take. ScaleBricks takes one; each redirect (a move that
@@ -88,6 +89,9 @@ pub struct Counters {
     pub drop_oversize: u64,
     /// Flood copies not made: no packet buffer.
     pub drop_no_buffer: u64,
+    /// Frames for a node the control plane marks down (its lease expired): dropped where they
+    /// are, never flooded or sent elsewhere.
+    pub drop_owner_down: u64,
     /// Broadcast/multicast frames that entered at this node's external ports (flooded).
     pub flooded: u64,
     /// Flood frames received from the interconnect.
@@ -111,6 +115,7 @@ impl Counters {
         self.drop_link_full += o.drop_link_full;
         self.drop_oversize += o.drop_oversize;
         self.drop_no_buffer += o.drop_no_buffer;
+        self.drop_owner_down += o.drop_owner_down;
         self.flooded += o.flooded;
         self.flood_ic_rx += o.flood_ic_rx;
         self.flood_emitted += o.flood_emitted;
@@ -123,6 +128,7 @@ impl Counters {
             + self.drop_link_full
             + self.drop_oversize
             + self.drop_no_buffer
+            + self.drop_owner_down
     }
 }
 
@@ -169,6 +175,9 @@ pub struct Tables {
     pub gpt: Option<SetSep>,
     /// Seed of the hash that picks a key's home under hash partitioning.
     pub hash_seed: u64,
+    /// Nodes marked down, bit `i` for node `i`, written by the control plane and read once per
+    /// burst: frames for a down node are dropped (`drop_owner_down`).
+    pub down: Arc<AtomicU64>,
 }
 
 /// Home node of `key` under hash partitioning.
@@ -222,6 +231,8 @@ pub struct NodeStage {
     subi: [u8; MAX_BURST],
     fibv: [Option<u16>; MAX_BURST],
     act: [Act; MAX_BURST],
+    /// `tables.down` as loaded for the current burst.
+    down_now: u64,
 }
 
 impl NodeStage {
@@ -249,6 +260,7 @@ impl NodeStage {
             subi: [0; MAX_BURST],
             fibv: [None; MAX_BURST],
             act: [Act::Drop; MAX_BURST],
+            down_now: 0,
         }
     }
 
@@ -555,9 +567,20 @@ impl NodeStage {
         out.to(self.ports as usize).push(p);
     }
 
+    /// Whether node `to` is marked down (never the all-nodes address).
+    #[inline]
+    fn is_down(&self, to: u8) -> bool {
+        to < 64 && self.down_now & (1u64 << to) != 0
+    }
+
     /// Encapsulate `p` toward another node.
     #[inline]
     fn forward(&mut self, mut p: Packet, e: Encap, out: &mut Outputs, pool: &mut Pool) {
+        if self.is_down(e.to) {
+            self.counters.drop_owner_down += 1;
+            pool.put(p);
+            return;
+        }
         if p.len() + ENCAP > self.max_ic_frame || e.prepend(&mut p).is_err() {
             self.counters.drop_oversize += 1;
             pool.put(p);
@@ -626,6 +649,11 @@ impl NodeStage {
                     hops,
                     port,
                 } => {
+                    if self.is_down(to) {
+                        self.counters.drop_owner_down += 1;
+                        pool.put(p);
+                        continue;
+                    }
                     Interconnect::new_unchecked(p.data_mut())
                         .readdress(self.id, to, kind, hops, port);
                     self.send_over_interconnect(p, out);
@@ -669,6 +697,7 @@ impl Stage for NodeStage {
         pool: &mut Pool,
         _now_ns: u64,
     ) {
+        self.down_now = self.tables.down.load(Ordering::Relaxed);
         if port == self.ports as usize {
             self.decide_interconnect(rx);
             self.apply(u16::MAX, rx, out, pool);
