@@ -60,6 +60,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod app;
 mod controller;
 pub mod fabric;
 mod gen;

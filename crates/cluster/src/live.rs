@@ -142,16 +142,26 @@ pub struct LiveNode {
 }
 
 /// Run a node of the cluster (`cfg`, reading `tables`) on `ports` (from [`open`]: the external
-/// ports, then the interconnect) on its own thread, pinned to CPU `cfg.id`.
+/// ports, then the interconnect) on its own thread, pinned to CPU `cfg.id` (modulo the CPUs).
 pub fn start(cfg: NodeConfig, tables: Tables, ports: NodePorts) -> Result<LiveNode, EngineError> {
+    start_on(cfg, tables, ports, Some(cfg.id as usize))
+}
+
+/// [`start`] with the node's thread pinned to CPU `cpu` (modulo the CPUs), or not pinned.
+pub fn start_on(
+    cfg: NodeConfig,
+    tables: Tables,
+    ports: NodePorts,
+    cpu: Option<usize>,
+) -> Result<LiveNode, EngineError> {
     let NodePorts { ports, control } = ports;
     let published = Arc::new(Mutex::new(Published::default()));
     let mut stage = NodeStage::new(cfg, tables);
     stage.publish_to(published.clone());
     let opts = Options {
         name: format!("fp-node{}", cfg.id),
-        pin: true,
-        first_cpu: cfg.id as usize,
+        pin: cpu.is_some(),
+        first_cpu: cpu.unwrap_or(0),
         burst: cfg.burst,
         buffers: (cfg.ports as usize + 2) * MAX_BURST + 2 * DEFER,
         max_backlog: 2 * DEFER,
@@ -204,11 +214,39 @@ fn stats_of(engine: &WorkerCounters, p: &Published) -> NodeStats {
     }
 }
 
-impl LiveNode {
+/// Reads a running node's statistics from any thread ([`LiveNode::reader`]).
+#[derive(Clone)]
+pub struct StatsReader {
+    engine: Arc<WorkerCounters>,
+    published: Arc<Mutex<Published>>,
+}
+
+impl StatsReader {
     /// The node's counters (as of its last publication, about every 10 ms) and its sockets'.
     pub fn stats(&self) -> NodeStats {
         let p = self.published.lock().unwrap_or_else(|e| e.into_inner());
         stats_of(&self.engine, &p)
+    }
+
+    /// The engine's per-port counters of the node's worker (external ports, then the
+    /// interconnect).
+    pub fn engine(&self) -> &Arc<WorkerCounters> {
+        &self.engine
+    }
+}
+
+impl LiveNode {
+    /// The node's counters (as of its last publication, about every 10 ms) and its sockets'.
+    pub fn stats(&self) -> NodeStats {
+        self.reader().stats()
+    }
+
+    /// A handle that reads the node's statistics from other threads.
+    pub fn reader(&self) -> StatsReader {
+        StatsReader {
+            engine: self.engine.clone(),
+            published: self.published.clone(),
+        }
     }
 
     /// Whether the node's thread is still running (an error if it died).

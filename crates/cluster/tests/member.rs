@@ -69,7 +69,7 @@ fn members_fed_the_same_changes_agree_and_forward_like_one_cluster() {
         for step in 0..3000u64 {
             let r = fp_hash::splitmix64(step ^ 0xABCD);
             let k = key(r % 2500);
-            let remove = r % 5 == 0;
+            let remove = r.is_multiple_of(5);
             let (o, p) = ((r >> 8) as u8 % NODES, (r >> 16) as u16 % PORTS);
             let mut outcome = None;
             for m in &mut members {

@@ -20,7 +20,7 @@
 //! assert!(at >= rev && kvs.iter().any(|kv| kv.key == b"/app/a"));
 //! let mut watch = etcd.watch_prefix(b"/app/", at + 1)?;
 //! etcd.put(b"/app/b", b"2", None)?;
-//! while let Some(msg) = watch.next()? {
+//! while let Some(msg) = watch.recv()? {
 //!     if let WatchMsg::Events { events, .. } = msg {
 //!         println!("{events:?}");
 //!         break;
@@ -581,7 +581,7 @@ pub struct Watch {
 impl Watch {
     /// The next message: `Ok(None)` when nothing came for a second (look at your stop flag and
     /// call again); an error when the stream broke (watch again from the next revision).
-    pub fn next(&mut self) -> Result<Option<WatchMsg>, EtcdError> {
+    pub fn recv(&mut self) -> Result<Option<WatchMsg>, EtcdError> {
         let mut buf = [0u8; 16 << 10];
         loop {
             if let Some(nl) = self.line.iter().position(|&b| b == b'\n') {

@@ -20,7 +20,7 @@ fn events(w: &mut fp_control::etcd::Watch, n: usize) -> Result<Vec<Event>> {
             "only {} of {n} events: {out:?}",
             out.len()
         );
-        match w.next()? {
+        match w.recv()? {
             Some(WatchMsg::Events { events, .. }) => out.extend(events),
             Some(WatchMsg::Created { .. }) | None => {}
             Some(m) => anyhow::bail!("unexpected watch message {m:?}"),
@@ -113,7 +113,7 @@ fn the_client_speaks_to_a_real_etcd() -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             ensure!(Instant::now() < deadline, "no compaction notice");
-            match old.next()? {
+            match old.recv()? {
                 Some(WatchMsg::Compacted { compact_revision }) => {
                     ensure!(compact_revision == now);
                     break;

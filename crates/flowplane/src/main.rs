@@ -2,7 +2,8 @@
 //!
 //! Layer: **cli** (docs/architecture.md). Each subcommand hands its parsed arguments to its
 //! application: `run`, `check`, `demo` and `backend` to the load balancer (`fp-lb`), `switch` to the
-//! CuckooSwitch switch (`fp-switch`), `flowlet` to the Flowlet balancer (`fp-flowlet`). The
+//! CuckooSwitch switch (`fp-switch`), `flowlet` to the Flowlet balancer (`fp-flowlet`), `cluster`
+//! to the ScaleBricks cluster node and its entry commands (`fp-cluster`). The
 //! benchmarks are a separate binary, `flowplane-bench`, so this one links none of their peers.
 #![deny(unsafe_code)]
 
@@ -50,6 +51,11 @@ enum Command {
     /// af_packet|af_xdp] [--workers N] [--aging-secs S] [--static MAC=PORT] [--fib FILE] [--admin
     /// ADDR]`): MAC learning, aging, flooding, static entries, metrics and tracer.
     Switch(fp_switch::app::SwitchArgs),
+    /// A ScaleBricks cluster whose state lives in etcd: `cluster run --config FILE --node ID` runs
+    /// one node (external ports, interconnect port, its FIB share and partition-table replica);
+    /// `cluster entries add|move|remove|load|list --config FILE` changes the entries and waits
+    /// until every live node applied them; `cluster status` and `cluster check`.
+    Cluster(fp_cluster::app::ClusterArgs),
     /// Run the Flowlet load balancer (Switcharoo flow-state table) offline: on a capture (`--in
     /// IN.pcap --out OUT.pcap`) or on generated traffic (`--generate 1-pkt|2-pkt|8-pkt|zipf-flows|MIX
     /// --packets N`), with `--outputs N`, `--gap-us 50`, `--workers N`; each forwarded frame's
@@ -83,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => fp_lb::cli::demo(a),
         Command::Switch(a) => fp_switch::app::run(a),
         Command::Flowlet(a) => fp_flowlet::app::run(a),
+        Command::Cluster(a) => fp_cluster::app::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
