@@ -21,8 +21,9 @@ declare -A CMD=(
   [setsep]="setsep --plots docs/plots"
   [flowcache]="flowcache --plots docs/plots"
   [switch-live]="switch --parts live"
+  [cluster]="cluster"
 )
-ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live)
+ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster)
 # Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released
 # after it; without them the tables fall back to transparent huge pages, which the records say).
 declare -A RESERVE=(

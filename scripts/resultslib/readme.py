@@ -322,6 +322,85 @@ def t_records(name, cases, keys=None):
     return build
 
 
+def t_cluster(runs):
+    """The live cluster: per FIB size, ScaleBricks against full duplication and hash partitioning
+    on the same ports and frames (forwarding rate per core of node CPU, delivered rate, memory
+    per node, interconnect hops per frame)."""
+    r = runs["cluster"]
+
+    def rec(case, entries, peer):
+        for x in r.find(case):
+            p = x.get("params", {})
+            if p.get("entries") == entries and x.get("peer") == peer:
+                return x
+        raise KeyError(f"cluster: no {case} record for {entries} entries against {peer}")
+
+    sizes = sorted({x["params"]["entries"] for x in r.find("cluster_live_forward_per_core")})
+    rows = []
+    for n in sizes:
+        f_d = rec("cluster_live_forward_per_core", n, "duplication")
+        f_h = rec("cluster_live_forward_per_core", n, "hash-partition")
+        d_d = rec("cluster_live_delivered", n, "duplication")
+        d_h = rec("cluster_live_delivered", n, "hash-partition")
+        m_d = rec("cluster_live_memory_per_node", n, "duplication")
+        m_h = rec("cluster_live_memory_per_node", n, "hash-partition")
+        h_h = rec("cluster_live_hops", n, "hash-partition")
+        rows.append(
+            [
+                size(n),
+                f"{num(f_d['value'])} / {num(f_d['peer_value'])} / {num(f_h['peer_value'])}",
+                f"{ratio(f_d['ratio'])} / {ratio(f_h['ratio'])}",
+                f"{num(d_d['value'])} / {num(d_d['peer_value'])} / {num(d_h['peer_value'])}",
+                f"{num(m_d['value'])} / {num(m_d['peer_value'])} / {num(m_h['peer_value'])}",
+                f"{num(h_h['value'])} / {num(rec('cluster_live_hops', n, 'duplication')['peer_value'])} / {num(h_h['peer_value'])}",
+            ]
+        )
+    return table(
+        [
+            "entries",
+            "kpps per core of node CPU (SB / dup / hash)",
+            "ratio vs dup / hash",
+            "delivered kpps (SB / dup / hash)",
+            "MiB per node (SB / dup / hash)",
+            "hops per frame (SB / dup / hash)",
+        ],
+        rows,
+        ["---:", "---:", "---:", "---:", "---:", "---:"],
+    ) + "\n\n" + source(r)
+
+
+def t_cluster_capacity(runs):
+    """Fig 11's shape: entries a cluster holds with 16 MiB of tables per node, by cluster size."""
+    r = runs["cluster"]
+    by = {}
+    for x in r.find("cluster_capacity_16mib"):
+        p = x["params"]
+        by.setdefault(p["nodes"], {})[x["peer"]] = x
+    rows = []
+    for n in sorted(by):
+        d, h = by[n]["duplication"], by[n]["hash-partition"]
+        rows.append(
+            [
+                n,
+                f"{num(d['value'])} ({num(d['params']['bytes_per_entry_per_node'])} B)",
+                f"{num(d['peer_value'])} ({num(d['params']['peer_bytes_per_entry_per_node'])} B)",
+                f"{num(h['peer_value'])} ({num(h['params']['peer_bytes_per_entry_per_node'])} B)",
+                ratio(d["ratio"]),
+            ]
+        )
+    return table(
+        [
+            "nodes",
+            "ScaleBricks M entries (bytes/entry/node)",
+            "full duplication",
+            "hash partitioning",
+            "ScaleBricks / duplication",
+        ],
+        rows,
+        ["---:", "---:", "---:", "---:", "---:"],
+    ) + "\n\n" + source(r)
+
+
 TABLES = {
     "lb": t_lb,
     "live": t_live,
@@ -330,5 +409,7 @@ TABLES = {
     "fib": t_fib,
     "flowstate": t_flowstate,
     "maglev": t_records("maglev", ["balance_spread", "disruption", "populate"], keys={"backends", "size", "failed_pct", "m", "trials"}),
+    "cluster": t_cluster,
+    "cluster-capacity": t_cluster_capacity,
     "setsep": t_records("setsep", ["bits_per_key", "lookup"], keys={"setting", "value_bits", "keys", "batch", "threads", "pages", "peer_pages"}),
 }

@@ -29,6 +29,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod cluster;
 mod env;
 mod fib;
 mod flowcache;
@@ -79,6 +80,9 @@ pub enum BenchCmd {
     Switch(switch::SwitchArgs),
     /// SetSep partition table and the ScaleBricks cluster.
     Setsep(setsep::SetsepArgs),
+    /// The ScaleBricks cluster on live ports, one node per core, against full duplication and
+    /// hash partitioning (throughput per core, memory per node, hops).
+    Cluster(cluster::ClusterArgs),
     /// Maglev hashing: balance, disruption, population time vs Karger and rendezvous.
     Maglev(maglev::MaglevArgs),
     /// Switcharoo flow-state table with data-path insertions, and the Flowlet load balancer.
@@ -110,6 +114,7 @@ fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Switch(a) => switch::run(a),
         BenchCmd::Flowcache(a) => flowcache::run(a),
         BenchCmd::Setsep(a) => setsep::run(a),
+        BenchCmd::Cluster(a) => cluster::run(a),
         BenchCmd::Maglev(a) => maglev::run(a),
         BenchCmd::Flowstate(a) => flowstate::run(a),
     }

@@ -503,7 +503,7 @@ const FRAME: usize = 64;
 /// over `PORTS`. Multiplication by an odd constant is a bijection mod 2^47; the 47 bits then fill
 /// every bit of the address but the group bit (bit 0 of the first byte, bit 40 of the key): a
 /// group address is flooded to every port, not forwarded to an owner.
-fn cluster_entries(n: usize, nodes: u8, seed: u64) -> Vec<(u64, u8, u16)> {
+pub(crate) fn cluster_entries(n: usize, nodes: u8, seed: u64) -> Vec<(u64, u8, u16)> {
     (0..n as u64)
         .map(|i| {
             let m = (i ^ (seed & 0xFFFF)).wrapping_mul(0x9E37_79B9_7F4B) & ((1 << 47) - 1);

@@ -167,7 +167,8 @@ pub struct NodeConfig {
     pub max_frame: usize,
 }
 
-/// The tables a node reads.
+/// The tables a node reads (cloning shares them: handles on the same tables).
+#[derive(Clone)]
 pub struct Tables {
     /// This node's share of the FIB (all of it under full duplication).
     pub fib: CompactReader,
