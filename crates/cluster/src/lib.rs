@@ -19,7 +19,11 @@
 //! ports on Linux interfaces through the engine's port drivers, each node in its own network
 //! namespace or machine, the interconnect on a Linux bridge or switch ([`build_tables`] builds the
 //! tables for such nodes; `docs/cluster-live.md`). The [`Controller`] is the single writer of
-//! every table.
+//! every table of an in-process cluster; a node that runs as its own process has its own
+//! [`Member`] (`member.rs`), the single writer of that node's FIB share and partition-table
+//! replica, fed the cluster's changes in one order. [`app`] is `flowplane cluster`: node
+//! processes whose entries and membership live in etcd (through `fp_control::etcd`), the entry
+//! commands, metrics and status (`docs/cluster.md`).
 //!
 //! Broadcast and multicast frames (ARP requests) have no owner: the ingress node floods them to its
 //! other external ports and, in one interconnect frame, to every other node, which emits them on
