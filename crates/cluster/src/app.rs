@@ -32,17 +32,19 @@
 //!
 //! `--admin` serves `/metrics` (frames by path, drops by reason, table sizes and bytes per
 //! entry, updates applied, the applied revision, members up), `/status` (members, revision,
-//! digest, and a check of every entry against this node's tables). SIGTERM: the node revokes its
-//! lease (the others mark it down at once), drains and exits 0.
+//! digest, and a check of every entry against this node's tables) and `/trace` (the tracer's
+//! records: each probe frame's way through this node). SIGTERM: the node revokes its lease (the
+//! others mark it down at once), drains and exits 0.
 
 use crate::live::{self, LiveNode, StatsReader};
-use crate::{ClusterConfig, Member, MemberStats, Mode};
+use crate::{ClusterConfig, Member, MemberStats, Mode, NodeTrace, Tracer};
 use anyhow::{anyhow, bail, Context, Result};
 use fp_control::admin::{AdminHandler, AdminServer};
 use fp_control::etcd::{Etcd, Event, Kv, Op, WatchMsg, MAX_TXN_OPS};
 use fp_control::metrics::{self, Exposition, Kind};
 use fp_control::signal::TerminateSignal;
 use fp_control::systemd::Notifier;
+use fp_control::trace::{TraceLog, TracerConfig};
 use fp_wire::ethernet::MacAddr;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -72,6 +74,9 @@ pub enum ClusterCmd {
         /// Pin the node's worker thread to this CPU (default: not pinned).
         #[arg(long)]
         cpu: Option<usize>,
+        /// Do not look for tracer probes.
+        #[arg(long)]
+        no_trace: bool,
     },
     /// Validate the configuration file and print what it describes.
     Check {
@@ -397,7 +402,12 @@ fn log(msg: impl std::fmt::Display) {
 /// `flowplane cluster ...`.
 pub fn run(args: ClusterArgs) -> Result<()> {
     match args.cmd {
-        ClusterCmd::Run { config, node, cpu } => run_node(&Config::load(&config)?, node, cpu),
+        ClusterCmd::Run {
+            config,
+            node,
+            cpu,
+            no_trace,
+        } => run_node(&Config::load(&config)?, node, cpu, !no_trace),
         ClusterCmd::Check { config } => {
             let c = Config::load(&config)?;
             println!(
@@ -707,6 +717,7 @@ struct NodeView {
     up: Mutex<Vec<bool>>,
     started: Instant,
     description: String,
+    traces: Arc<TraceLog<NodeTrace>>,
 }
 
 impl AdminHandler for NodeView {
@@ -859,7 +870,7 @@ impl AdminHandler for NodeView {
     }
 
     fn traces(&self) -> String {
-        String::new()
+        self.traces.json_lines()
     }
 
     fn status(&self) -> String {
@@ -966,7 +977,7 @@ fn register(etcd: &Etcd, key: &str, ttl: u64, rec: &MemberRecord) -> Result<Regi
     })
 }
 
-fn run_node(cfg: &Config, id: u8, cpu: Option<usize>) -> Result<()> {
+fn run_node(cfg: &Config, id: u8, cpu: Option<usize>, trace: bool) -> Result<()> {
     let Some(me) = cfg.nodes.get(id as usize).cloned() else {
         bail!("--node {id}: the configuration has nodes 0..{}", cfg.n());
     };
@@ -1085,7 +1096,12 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>) -> Result<()> {
     let ext: Vec<&str> = me.external.iter().map(String::as_str).collect();
     let ports = live::open(&ext, &me.interconnect, &cfg.cluster.driver)
         .with_context(|| format!("opening {} and {}", me.external.join(","), me.interconnect))?;
-    let node: LiveNode = live::start_on(node_cfg, tables, ports, cpu)?;
+    let traces = TraceLog::<NodeTrace>::new(1024);
+    let tracer = trace.then(|| Tracer {
+        log: traces.clone(),
+        limiter: traces.limiter(TracerConfig::default()),
+    });
+    let node: LiveNode = live::start_traced(node_cfg, tables, ports, cpu, tracer)?;
     let description = format!(
         "external {} + interconnect {} on {}",
         me.external.join(","),
@@ -1105,6 +1121,7 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>) -> Result<()> {
         up: Mutex::new(up.clone()),
         started: Instant::now(),
         description: description.clone(),
+        traces,
     });
     let admin = match me.admin {
         Some(addr) => {

@@ -78,7 +78,8 @@ pub use fabric::{fabric, FabricPort};
 pub use gen::{Delivery, Frames, GenPort, Sink};
 pub use member::{Member, MemberStats};
 pub use node::{
-    hash_home, Counters, NodeConfig, NodeStage, Published, Tables, DEFER, MAX_BURST, MAX_HOPS,
+    hash_home, Counters, NodeConfig, NodeStage, NodeTrace, Published, Tables, Tracer, DEFER,
+    MAX_BURST, MAX_HOPS,
 };
 
 use fp_cuckoo::{CompactMap, InsertError};

@@ -44,7 +44,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::node::{Counters, NodeConfig, NodeStage, Published, Tables, DEFER};
+use crate::node::{Counters, NodeConfig, NodeStage, Published, Tables, Tracer, DEFER};
 use fp_engine::driver::{self, EngineError, Options, Running, Worker, WorkerCounters};
 use fp_engine::live::{Capture, LiveControl, LiveError, LiveSpec};
 use fp_engine::port::Port;
@@ -154,10 +154,24 @@ pub fn start_on(
     ports: NodePorts,
     cpu: Option<usize>,
 ) -> Result<LiveNode, EngineError> {
+    start_traced(cfg, tables, ports, cpu, None)
+}
+
+/// [`start_on`], recording probe frames into `tracer`.
+pub fn start_traced(
+    cfg: NodeConfig,
+    tables: Tables,
+    ports: NodePorts,
+    cpu: Option<usize>,
+    tracer: Option<Tracer>,
+) -> Result<LiveNode, EngineError> {
     let NodePorts { ports, control } = ports;
     let published = Arc::new(Mutex::new(Published::default()));
     let mut stage = NodeStage::new(cfg, tables);
     stage.publish_to(published.clone());
+    if let Some(t) = tracer {
+        stage.trace_to(t);
+    }
     let opts = Options {
         name: format!("fp-node{}", cfg.id),
         pin: cpu.is_some(),

@@ -40,11 +40,18 @@
 //!
 //! **Hops.** A frame a node emits on an external port carries the interconnect hops it took in the
 //! packet's `tag` (0: it entered here), for ports and tests that count them.
+//!
+//! **Tracer.** With a [`Tracer`] set, a frame carrying the packet tracer's probe
+//! (`fp_control::trace`; inside the interconnect header when it comes from another node) is
+//! forwarded as usual and recorded: where it came from, its destination and the node the
+//! partition table names for it, and where it went (external ports, another node, all nodes) —
+//! rate-limited per node. Looking for probes costs a few header reads per frame.
 
 use crate::interconnect::{
     node_mac, strip, Encap, Interconnect, Kind, ALL_NODES, ENCAP, ETHERTYPE_INTERCONNECT, FLOOD_MAC,
 };
 use crate::Mode;
+use fp_control::trace::{probe_id, Limiter, Record, TraceLog};
 use fp_cuckoo::CompactReader;
 pub use fp_pipeline::packet::MAX_BURST;
 use fp_pipeline::packet::{Packet, Pool};
@@ -209,6 +216,71 @@ enum Act {
     FloodIn { hops: u8 },
 }
 
+/// What a node recorded about a probe frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeTrace {
+    /// This node.
+    pub node: u8,
+    /// The external port it entered on, or `None` if it came over the interconnect.
+    pub in_port: Option<u16>,
+    /// The node that sent it over the interconnect, and the hops it had taken.
+    pub from_node: Option<(u8, u8)>,
+    /// Its destination MAC.
+    pub dst: MacAddr,
+    /// The owner the partition table names (ScaleBricks; arbitrary for unknown keys).
+    pub owner: Option<u16>,
+    /// Where copies went: `port N` (external) or `node N` / `all nodes` (interconnect).
+    pub out: Vec<String>,
+    /// `emitted`, `to_node`, `flooded` or `dropped`.
+    pub decision: &'static str,
+}
+
+impl Record for NodeTrace {
+    fn write_json(&self, s: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(s, "\"node_id\":{},\"in_port\":", self.node);
+        match self.in_port {
+            Some(p) => {
+                let _ = write!(s, "{p}");
+            }
+            None => s.push_str("null"),
+        }
+        match self.from_node {
+            Some((n, h)) => {
+                let _ = write!(s, ",\"from_node\":{n},\"hops\":{h}");
+            }
+            None => s.push_str(",\"from_node\":null,\"hops\":0"),
+        }
+        let _ = write!(s, ",\"dst\":\"{}\",\"owner\":", self.dst);
+        match self.owner {
+            Some(o) => {
+                let _ = write!(s, "{o}");
+            }
+            None => s.push_str("null"),
+        }
+        let _ = write!(s, ",\"decision\":\"{}\",\"out\":[", self.decision);
+        for (i, o) in self.out.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            fp_control::json::push_str(s, o);
+        }
+        s.push(']');
+    }
+}
+
+/// A node's tracer: the shared log and this node's rate limit.
+pub struct Tracer {
+    pub log: Arc<TraceLog<NodeTrace>>,
+    pub limiter: Limiter,
+}
+
+/// A probe seen in a burst: its id, its destination, the node that sent it and the hops it took.
+type Probe = (u64, MacAddr, Option<(u8, u8)>);
+
+/// Probes looked at per burst (rare; a fixed array).
+const MAX_PROBES: usize = 4;
+
 /// One cluster node: a [`Stage`] with external ports `0..k` and the interconnect port `k`.
 pub struct NodeStage {
     id: u8,
@@ -234,6 +306,10 @@ pub struct NodeStage {
     act: [Act; MAX_BURST],
     /// `tables.down` as loaded for the current burst.
     down_now: u64,
+    tracer: Option<Tracer>,
+    /// Probes of the current burst: (probe id, destination, sender node and hops).
+    probes: [Probe; MAX_PROBES],
+    n_probes: usize,
 }
 
 impl NodeStage {
@@ -262,6 +338,115 @@ impl NodeStage {
             fibv: [None; MAX_BURST],
             act: [Act::Drop; MAX_BURST],
             down_now: 0,
+            tracer: None,
+            probes: [(0, MacAddr([0; 6]), None); MAX_PROBES],
+            n_probes: 0,
+        }
+    }
+
+    /// Record the probe frames this node forwards into `tracer`.
+    pub fn trace_to(&mut self, tracer: Tracer) {
+        self.tracer = Some(tracer);
+    }
+
+    /// Look for probes in a received burst (external or interconnect frames).
+    #[inline]
+    fn scan_probes(&mut self, interconnect: bool, rx: &[Packet]) {
+        self.n_probes = 0;
+        for p in rx {
+            let d = p.data();
+            let inner = if interconnect {
+                d.get(ENCAP..).unwrap_or(&[])
+            } else {
+                d
+            };
+            if let Some(id) = probe_id(inner) {
+                self.found_probe(id, interconnect, d);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn found_probe(&mut self, id: u64, interconnect: bool, d: &[u8]) {
+        if self.n_probes == MAX_PROBES {
+            return;
+        }
+        let (dst, from) = if interconnect {
+            let ic = Interconnect::new_unchecked(d);
+            let inner = ic.inner();
+            (
+                MacAddr(
+                    inner[..6]
+                        .try_into()
+                        .expect("a probe has an Ethernet header"),
+                ),
+                Some((ic.src_node(), ic.hops())),
+            )
+        } else {
+            (
+                MacAddr(d[..6].try_into().expect("a probe has an Ethernet header")),
+                None,
+            )
+        };
+        self.probes[self.n_probes] = (id, dst, from);
+        self.n_probes += 1;
+    }
+
+    /// After a burst: where each probe went.
+    #[cold]
+    #[inline(never)]
+    fn record_probes(&mut self, in_port: Option<u16>, out: &Outputs) {
+        let n = std::mem::take(&mut self.n_probes);
+        let ic = self.ports as usize;
+        for k in 0..n {
+            let (id, dst, from) = self.probes[k];
+            let owner = match (&self.tables.gpt, dst.is_multicast()) {
+                (Some(g), false) => Some(g.get(dst.to_u64())),
+                _ => None,
+            };
+            let mut outs = Vec::new();
+            for j in 0..out.ports() {
+                for p in out.burst(j) {
+                    let d = p.data();
+                    if j == ic {
+                        if probe_id(d.get(ENCAP..).unwrap_or(&[])) == Some(id) {
+                            let to = Interconnect::new_unchecked(d).dst_node();
+                            outs.push(if to == ALL_NODES {
+                                "all nodes".to_string()
+                            } else {
+                                format!("node {to}")
+                            });
+                        }
+                    } else if probe_id(d) == Some(id) {
+                        outs.push(format!("port {j}"));
+                    }
+                }
+            }
+            let decision = match (outs.len(), outs.first().map(String::as_str)) {
+                (0, _) => "dropped",
+                (1, Some(o)) if o.starts_with("port") => "emitted",
+                (1, Some(o)) if o.starts_with("node") => "to_node",
+                _ => "flooded",
+            };
+            let Some(t) = self.tracer.as_mut() else {
+                return;
+            };
+            if !t.limiter.take() {
+                continue;
+            }
+            t.log.push(
+                id,
+                NodeTrace {
+                    node: self.id,
+                    in_port,
+                    from_node: from,
+                    dst,
+                    owner,
+                    out: outs,
+                    decision,
+                },
+            );
         }
     }
 
@@ -699,12 +884,19 @@ impl Stage for NodeStage {
         _now_ns: u64,
     ) {
         self.down_now = self.tables.down.load(Ordering::Relaxed);
-        if port == self.ports as usize {
+        let interconnect = port == self.ports as usize;
+        if self.tracer.is_some() {
+            self.scan_probes(interconnect, rx);
+        }
+        if interconnect {
             self.decide_interconnect(rx);
             self.apply(u16::MAX, rx, out, pool);
         } else {
             self.decide_external(rx);
             self.apply(port as u16, rx, out, pool);
+        }
+        if self.n_probes > 0 {
+            self.record_probes((!interconnect).then_some(port as u16), out);
         }
     }
 
