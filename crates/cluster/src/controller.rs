@@ -89,19 +89,7 @@ impl Controller {
     }
 
     pub(crate) fn check(&self, key: u64, owner: u8, port: u16) -> Result<(), Error> {
-        if key > fp_cuckoo::COMPACT_MAX_KEY {
-            return Err(Error::KeyTooWide { key });
-        }
-        if owner >= self.nodes {
-            return Err(Error::NoSuchNode {
-                node: owner,
-                nodes: self.nodes,
-            });
-        }
-        if port > 0xFE {
-            return Err(Error::PortTooLarge { port });
-        }
-        Ok(())
+        check_entry(self.nodes, key, owner, port)
     }
 
     /// Add `key` with its owner node and external port, or move / repoint it. Returns once every
@@ -209,4 +197,19 @@ pub(crate) fn set_down(mask: &AtomicU64, node: u8, down: bool) {
             mask.fetch_and(!(1 << node), Ordering::Relaxed);
         }
     }
+}
+
+/// Whether an entry fits a cluster of `nodes` nodes: a 48-bit key, an existing owner, a port the
+/// FIB encoding holds.
+pub(crate) fn check_entry(nodes: u8, key: u64, owner: u8, port: u16) -> Result<(), Error> {
+    if key > fp_cuckoo::COMPACT_MAX_KEY {
+        return Err(Error::KeyTooWide { key });
+    }
+    if owner >= nodes {
+        return Err(Error::NoSuchNode { node: owner, nodes });
+    }
+    if port > 0xFE {
+        return Err(Error::PortTooLarge { port });
+    }
+    Ok(())
 }

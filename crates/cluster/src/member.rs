@@ -29,7 +29,7 @@
 //! table from the entries at once instead of applying each change), never their answers for
 //! stored keys.
 
-use crate::controller::set_down;
+use crate::controller::{check_entry, set_down};
 use crate::node::{hash_home, Tables};
 use crate::{gpt_config, home_seed, node_fib, ClusterConfig, Error, Mode, NodeMemory, Update};
 use fp_cuckoo::CompactWriter;
@@ -139,19 +139,7 @@ impl Member {
     }
 
     fn check(&self, key: u64, owner: u8, port: u16) -> Result<(), Error> {
-        if key > fp_cuckoo::COMPACT_MAX_KEY {
-            return Err(Error::KeyTooWide { key });
-        }
-        if owner >= self.nodes {
-            return Err(Error::NoSuchNode {
-                node: owner,
-                nodes: self.nodes,
-            });
-        }
-        if port > 0xFE {
-            return Err(Error::PortTooLarge { port });
-        }
-        Ok(())
+        check_entry(self.nodes, key, owner, port)
     }
 
     /// What this node's FIB holds for the entry, if anything.

@@ -32,7 +32,7 @@
 mod common;
 
 use anyhow::{bail, ensure, Context, Result};
-use common::{step, wait_for, Metrics, BIN};
+use common::{probe_frame, step, wait_for, Metrics, BIN};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
@@ -83,35 +83,6 @@ fn frame(dst: [u8; 6], src: [u8; 6], tag: u32) -> Vec<u8> {
     f.extend_from_slice(MARK);
     f.extend_from_slice(&tag.to_be_bytes());
     f.resize(60, 0);
-    f
-}
-
-/// A UDP frame whose payload is a tracer probe (`fp_control::trace`).
-fn probe_frame(dst: [u8; 6], src: [u8; 6], id: u64) -> Vec<u8> {
-    let payload = fp_control::trace::probe_payload(id);
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
-    let mut ip = [
-        0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 77, 0, 1, 10, 77, 0, 22,
-    ];
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&4000u16.to_be_bytes());
-    f.extend_from_slice(&4001u16.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]); // no UDP checksum (allowed in IPv4)
-    f.extend_from_slice(&payload);
     f
 }
 

@@ -25,7 +25,10 @@
 //! 8. a host moving to another port is relearned there (moves counter, ping and frames follow it);
 //! 9. aging: after 2 s of silence every learned entry is removed (only the static one is left).
 
+mod common;
+
 use anyhow::{bail, Context, Result};
+use common::probe_frame;
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
@@ -75,35 +78,6 @@ fn tag_of(f: &[u8]) -> Option<u32> {
     } else {
         None
     }
-}
-
-/// A UDP frame whose payload is a tracer probe (`fp_control::trace`).
-fn probe_frame(dst: [u8; 6], src: [u8; 6], id: u64) -> Vec<u8> {
-    let payload = fp_control::trace::probe_payload(id);
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
-    let mut ip = [
-        0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-    ];
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&4000u16.to_be_bytes());
-    f.extend_from_slice(&4001u16.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]); // no UDP checksum (allowed in IPv4)
-    f.extend_from_slice(&payload);
-    f
 }
 
 /// A host's AF_PACKET socket on its eth0: sends test frames, and records every test frame the

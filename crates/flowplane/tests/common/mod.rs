@@ -807,3 +807,32 @@ pub fn mac_text(b: &[u8]) -> String {
         .collect::<Vec<_>>()
         .join(":")
 }
+
+/// A UDP frame whose payload is a tracer probe (`fp_control::trace`).
+pub fn probe_frame(dst: [u8; 6], src: [u8; 6], id: u64) -> Vec<u8> {
+    let payload = fp_control::trace::probe_payload(id);
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut ip = [
+        0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&4000u16.to_be_bytes());
+    f.extend_from_slice(&4001u16.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]); // no UDP checksum (allowed in IPv4)
+    f.extend_from_slice(&payload);
+    f
+}
