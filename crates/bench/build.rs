@@ -44,4 +44,22 @@ fn main() {
     for p in ["crates", "Cargo.lock", "Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
+    // `--features dpdk`: link DPDK's hash library and its EAL (their own dependencies come with
+    // the shared libraries), from where pkg-config says DPDK is.
+    if std::env::var_os("CARGO_FEATURE_DPDK").is_some() {
+        let out = Command::new("pkg-config")
+            .args(["--libs", "libdpdk"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .expect("feature dpdk: `pkg-config --libs libdpdk` failed (install libdpdk-dev)");
+        for arg in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            if let Some(dir) = arg.strip_prefix("-L") {
+                println!("cargo:rustc-link-search=native={dir}");
+            }
+        }
+        for lib in ["rte_hash", "rte_eal"] {
+            println!("cargo:rustc-link-lib={lib}");
+        }
+    }
 }

@@ -489,7 +489,60 @@ fn size_cases(
                 add_pt(format!("dashmap {t}T"), n as f64, v[1]);
             }
         }
-    } else if has("lookup") {
+    }
+    #[cfg(feature = "dpdk")]
+    if peers_fit && has("lookup") {
+        // DPDK's rte_hash on the EAL's 2 MiB huge pages, the same keys and batches: sized for the
+        // keys (extendable buckets if it needs them to hold them all), and, where memory allows,
+        // sized for twice the keys (a half-full table: DPDK's fastest lookups).
+        let all: Vec<u64> = (0..n).map(|i| key48(ctx.seed, i)).collect();
+        let sizes: &[u64] = if n <= 64 << 20 { &[1, 2] } else { &[1] };
+        for &f in sizes {
+            let built = crate::dpdk::RteHash::build_sized(&all, (n * f) as usize, |i| {
+                value_of(i as u64) as u64 + 1
+            });
+            let h = match built {
+                Ok(h) => h,
+                Err(e) => {
+                    rep.note(&format!(
+                        "{sz}: DPDK rte_hash peer (entries = {f} x keys) not run: {e:#}"
+                    ));
+                    continue;
+                }
+            };
+            let bulk = ctx.batch.min(crate::dpdk::BULK_MAX);
+            {
+                for &t in threads {
+                    let dp = || {
+                        measure(ctx.dur, &keys[..t], |c| {
+                            c.chunks(bulk).map(|b| h.lookup_bulk(b) as u64).sum()
+                        })
+                    };
+                    let v = contest(ctx, &[&|| ours_t(t), &dp])?;
+                    rep.add(
+                        base(v[0], t)
+                            .param("peer_pages", "2M")
+                            .param(
+                                "peer_config",
+                                format!(
+                                    "rte_hash_lookup_bulk_data, entries = {f} x keys{}",
+                                    if h.ext_table {
+                                        ", extendable buckets"
+                                    } else {
+                                        ""
+                                    }
+                                ),
+                            )
+                            .peer("dpdk-rte_hash", v[1]),
+                    )?;
+                    if f == 1 {
+                        add_pt(format!("DPDK rte_hash {t}T"), n as f64, v[1]);
+                    }
+                }
+            }
+        }
+    }
+    if !peers_fit && has("lookup") {
         for &t in threads {
             let v = contest(ctx, &[&|| ours_t(t)])?;
             rep.add(base(v[0], t).param("peer", "skipped: does not fit in memory"))?;

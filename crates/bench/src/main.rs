@@ -30,6 +30,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod cluster;
+#[cfg(feature = "dpdk")]
+mod dpdk;
 mod env;
 mod fib;
 mod flowcache;
