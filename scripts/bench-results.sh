@@ -22,15 +22,16 @@ declare -A CMD=(
   [flowcache]="flowcache --plots docs/plots"
   [switch-live]="switch --parts live"
   [cluster]="cluster"
-  [fib-dpdk]="fib --cases lookup --sizes 64M,256M --threads 1"
+  [fib-dpdk]="fib --cases dpdk --sizes 64M,256M --threads 1"
 )
 ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk)
 # Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released
 # after it; without them the tables fall back to transparent huge pages, which the records say).
 declare -A RESERVE=(
   [switch-live-fib]=4500   # a 1G-entry FIB: 8.4 GiB
-  [fib-dpdk]=5000          # DPDK's EAL takes its memory from them (a 256M-entry rte_hash: about
-                           # 6 GiB), and flowplane's table gets them too (2.1 GiB): equal pages
+  [fib-dpdk]=8000          # DPDK's EAL takes its memory from them (a 256M-entry rte_hash with
+                           # extendable buckets: about 12 GiB), and flowplane's table gets them
+                           # too (2.1 GiB): equal pages
 )
 # Runs that need the benchmark binary's optional peers (cargo features of fp-bench).
 declare -A FEATURES=(

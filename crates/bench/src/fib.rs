@@ -37,7 +37,7 @@ type HbMap<K> = hashbrown::HashMap<K, u64>;
 type DashMap = dashmap::DashMap<u64, u64, hashbrown::DefaultHashBuilder>;
 
 const ALL_CASES: &[&str] = &[
-    "lookup", "bound", "batch", "factor", "updates", "insert", "memory",
+    "lookup", "bound", "batch", "factor", "updates", "insert", "memory", "dpdk",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -65,7 +65,9 @@ pub struct FibArgs {
     /// the `batch` case sweeps 1..32.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
-    /// Cases to run: lookup, bound, batch, factor, updates, insert, memory (default all).
+    /// Cases to run: lookup, bound, batch, factor, updates, insert, memory, dpdk (default all; dpdk
+    /// — the batched lookup against DPDK's rte_hash — needs the binary built with the feature
+    /// `dpdk` and reserved huge pages, and is not run otherwise).
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
 }
@@ -416,7 +418,7 @@ fn size_cases(
     has: &dyn Fn(&str) -> bool,
     pts: &mut Vec<(String, Vec<(f64, f64)>)>,
 ) -> Result<()> {
-    if !(has("lookup") || has("insert") || has("bound") || has("factor")) {
+    if !(has("lookup") || has("insert") || has("bound") || has("factor") || has("dpdk")) {
         return Ok(());
     }
     let sz = size_name(n);
@@ -491,7 +493,7 @@ fn size_cases(
         }
     }
     #[cfg(feature = "dpdk")]
-    if peers_fit && has("lookup") {
+    if peers_fit && has("dpdk") {
         // DPDK's rte_hash on the EAL's 2 MiB huge pages, the same keys and batches: sized for the
         // keys (extendable buckets if it needs them to hold them all), and, where memory allows,
         // sized for twice the keys (a half-full table: DPDK's fastest lookups).
