@@ -962,6 +962,45 @@ fn apply_entry(cfg: &Config, prefix: &str, member: &mut Member, ev: &Event) -> R
     Ok(())
 }
 
+/// The control loop's view of etcd: failures are logged once and then every 10 s (not at every
+/// retry), the recovery once; after a failure the loop waits half a second before the next try.
+#[derive(Default)]
+struct EtcdHealth {
+    failing_since: Option<Instant>,
+    last_log: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+impl EtcdHealth {
+    fn failed(&mut self, doing: &str, e: &dyn std::fmt::Display) {
+        let now = Instant::now();
+        let since = *self.failing_since.get_or_insert(now);
+        if self
+            .last_log
+            .is_none_or(|t| now - t >= Duration::from_secs(10))
+        {
+            log(format_args!(
+                "{doing}: {e} (etcd failing for {:.0} s; forwarding continues with the tables \
+                 as they are)",
+                (now - since).as_secs_f64()
+            ));
+            self.last_log = Some(now);
+        }
+        self.retry_at = Some(now + Duration::from_millis(500));
+    }
+
+    fn ok(&mut self) {
+        if let Some(since) = self.failing_since.take() {
+            log(format_args!(
+                "etcd answers again (after {:.1} s)",
+                since.elapsed().as_secs_f64()
+            ));
+        }
+        self.last_log = None;
+        self.retry_at = None;
+    }
+}
+
 /// The node's registration: its lease and member key.
 struct Registration {
     lease: i64,
@@ -1167,6 +1206,7 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>, trace: bool) -> Result<()>
     let entries_prefix = format!("{prefix}entries/");
     let members_prefix = format!("{prefix}members/");
     let mut publish = false;
+    let mut etcd_health = EtcdHealth::default();
     let result: Result<()> = loop {
         if term.is_set() {
             break Ok(());
@@ -1265,23 +1305,31 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>, trace: bool) -> Result<()>
             }
         }
         *view.applied.lock().unwrap_or_else(|e| e.into_inner()) = applied;
-        // Keep the lease; register again if it was lost.
+        // Keep the lease; register again if it was lost. While etcd does not answer, try again
+        // every half second (the data path keeps forwarding meanwhile).
+        if etcd_health.retry_at.is_some_and(|t| Instant::now() < t) {
+            continue;
+        }
         let since = reg.last_ok.elapsed();
         if since >= Duration::from_secs(ttl) {
             let m = member.lock().unwrap_or_else(|e| e.into_inner());
             match register(&etcd, &member_key, ttl, &record(&m, applied, &last_error)) {
                 Ok(r) => {
+                    etcd_health.ok();
                     log(format_args!("registered again (lease {})", r.lease));
                     reg = r;
                     publish = false;
                 }
-                Err(e) => log(format_args!("registering: {e:#}")),
+                Err(e) => etcd_health.failed("registering", &e),
             }
         } else if since >= Duration::from_millis(ttl * 1000 / 3) {
             match etcd.lease_keepalive(reg.lease) {
-                Ok(t) if t > 0 => reg.last_ok = Instant::now(),
+                Ok(t) if t > 0 => {
+                    etcd_health.ok();
+                    reg.last_ok = Instant::now();
+                }
                 Ok(_) => reg.last_ok = Instant::now() - Duration::from_secs(3600),
-                Err(e) => log(format_args!("lease keepalive: {e}")),
+                Err(e) => etcd_health.failed("lease keepalive", &e),
             }
         }
         if publish {
@@ -1293,8 +1341,11 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>, trace: bool) -> Result<()>
                 rec.to_json().as_bytes(),
                 Some(reg.lease),
             ) {
-                Ok(_) => publish = false,
-                Err(e) => log(format_args!("publishing the applied revision: {e}")),
+                Ok(_) => {
+                    etcd_health.ok();
+                    publish = false;
+                }
+                Err(e) => etcd_health.failed("publishing the applied revision", &e),
             }
         }
     };

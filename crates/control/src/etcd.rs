@@ -48,14 +48,11 @@ pub enum EtcdError {
     #[error("etcd endpoint {0:?}: expected http://HOST:PORT")]
     Endpoint(String),
     /// No endpoint accepted a connection.
-    #[error("etcd: no endpoint reachable ({endpoints}): {source}")]
-    Unreachable {
-        endpoints: String,
-        source: io::Error,
-    },
+    #[error("etcd: no endpoint reachable ({endpoints}): {error}")]
+    Unreachable { endpoints: String, error: io::Error },
     /// A connection broke or timed out.
-    #[error("etcd {endpoint}: {source}")]
-    Io { endpoint: String, source: io::Error },
+    #[error("etcd {endpoint}: {error}")]
+    Io { endpoint: String, error: io::Error },
     /// etcd answered with an error.
     #[error("etcd {endpoint} {path}: HTTP {status}: {body}")]
     Status {
@@ -220,7 +217,7 @@ impl Etcd {
         }
         Err(EtcdError::Unreachable {
             endpoints: self.endpoints.join(","),
-            source: last,
+            error: last,
         })
     }
 
@@ -233,9 +230,9 @@ impl Etcd {
     ) -> Result<(Body, String), EtcdError> {
         let (mut s, ep) = self.connect()?;
         let ep = ep.to_string();
-        let io_err = |source| EtcdError::Io {
+        let io_err = |error| EtcdError::Io {
             endpoint: ep.clone(),
-            source,
+            error,
         };
         s.set_read_timeout(read_timeout).map_err(io_err)?;
         s.set_write_timeout(Some(self.read_timeout))
@@ -304,9 +301,9 @@ impl Etcd {
     /// One request, one JSON answer.
     fn call(&self, path: &'static str, body: Value) -> Result<Value, EtcdError> {
         let (mut b, ep) = self.send(path, &body, Some(self.read_timeout))?;
-        let bytes = b.read_all().map_err(|source| EtcdError::Io {
+        let bytes = b.read_all().map_err(|error| EtcdError::Io {
             endpoint: ep.clone(),
-            source,
+            error,
         })?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| EtcdError::Protocol {
             endpoint: ep.clone(),
@@ -600,7 +597,7 @@ impl Watch {
                     }
                     return Err(EtcdError::Io {
                         endpoint: self.endpoint.clone(),
-                        source: io::Error::new(io::ErrorKind::UnexpectedEof, "watch stream ended"),
+                        error: io::Error::new(io::ErrorKind::UnexpectedEof, "watch stream ended"),
                     });
                 }
                 Ok(n) => {
@@ -617,10 +614,10 @@ impl Watch {
                 {
                     return Ok(None)
                 }
-                Err(source) => {
+                Err(error) => {
                     return Err(EtcdError::Io {
                         endpoint: self.endpoint.clone(),
-                        source,
+                        error,
                     })
                 }
             }
