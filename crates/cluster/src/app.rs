@@ -942,6 +942,39 @@ enum Input {
     Snapshot(i64, Vec<Kv>),
 }
 
+/// The changes that turn what a node holds (`held` keys) into the state `kvs` read at revision
+/// `rev` (after the watch's history was compacted): every key of the state as a put (unchanged
+/// entries change nothing), then a delete for each held entry the state no longer has (or holds
+/// only an invalid value for, which a starting node would skip too).
+fn snapshot_events(
+    cfg: &Config,
+    held: impl Iterator<Item = u64>,
+    rev: i64,
+    kvs: Vec<Kv>,
+) -> Vec<Event> {
+    let prefix = cfg.prefix();
+    let entries = format!("{prefix}entries/");
+    let mut ev = Vec::with_capacity(kvs.len());
+    let mut seen = std::collections::HashSet::new();
+    for mut kv in kvs {
+        if kv.key.starts_with(entries.as_bytes()) {
+            if let Ok((mac, _, _)) = parse_entry(cfg, &prefix, &kv.key, &kv.value) {
+                seen.insert(mac.to_u64());
+            }
+        }
+        kv.mod_revision = rev;
+        ev.push(Event::Put(kv));
+    }
+    let gone: Vec<u64> = held.filter(|k| !seen.contains(k)).collect();
+    for k in gone {
+        ev.push(Event::Delete {
+            key: entry_key(&prefix, MacAddr::from_u64(k)).into_bytes(),
+            mod_revision: rev,
+        });
+    }
+    ev
+}
+
 /// Apply one entry change; `Err` describes a refused one.
 fn apply_entry(cfg: &Config, prefix: &str, member: &mut Member, ev: &Event) -> Result<()> {
     match ev {
@@ -1228,30 +1261,7 @@ fn run_node(cfg: &Config, id: u8, cpu: Option<usize>, trace: bool) -> Result<()>
             let events = match input {
                 Input::Events(ev) => ev,
                 Input::Snapshot(rev, kvs) => {
-                    // Apply the difference between what we hold and the state at `rev`.
-                    let mut ev = Vec::new();
-                    let mut seen = std::collections::HashSet::new();
-                    for kv in kvs {
-                        if kv.key.starts_with(entries_prefix.as_bytes()) {
-                            if let Ok((mac, _, _)) = parse_entry(cfg, &prefix, &kv.key, &kv.value) {
-                                seen.insert(mac.to_u64());
-                            }
-                        }
-                        let mut kv = kv;
-                        kv.mod_revision = rev;
-                        ev.push(Event::Put(kv));
-                    }
-                    let gone: Vec<u64> = m
-                        .entries()
-                        .map(|e| e.0)
-                        .filter(|k| !seen.contains(k))
-                        .collect();
-                    for k in gone {
-                        ev.push(Event::Delete {
-                            key: entry_key(&prefix, MacAddr::from_u64(k)).into_bytes(),
-                            mod_revision: rev,
-                        });
-                    }
+                    let ev = snapshot_events(cfg, m.entries().map(|e| e.0), rev, kvs);
                     // Members absent from the snapshot are down.
                     let mut up = view.up.lock().unwrap_or_else(|e| e.into_inner());
                     for (i, u) in up.iter_mut().enumerate() {
@@ -1505,6 +1515,60 @@ admin = "127.0.0.1:9300"
             let e = format!("{:#}", Config::parse(&text).unwrap_err());
             assert!(e.contains(field), "{field}: {e}");
         }
+    }
+
+    #[test]
+    fn a_snapshot_after_compaction_becomes_the_difference() {
+        let c = Config::parse(GOOD).unwrap();
+        let p = c.prefix();
+        let mac = |i: u8| MacAddr([2, 0, 0, 0, 0, i]);
+        let kv = |i: u8, node: u8, port: u16| Kv {
+            key: entry_key(&p, mac(i)).into_bytes(),
+            value: entry_value(node, port).into_bytes(),
+            create_revision: 1,
+            mod_revision: 2,
+            lease: 0,
+        };
+        // The node holds 1, 2 and 3; the state has 2 moved, 3 with a bad value, 4 new, a member.
+        let mut ccfg = ClusterConfig::new(2, Mode::ScaleBricks, 255, 64);
+        ccfg.seed = 7;
+        let held = [(1, 0, 0), (2, 0, 0), (3, 1, 1)];
+        let entries: Vec<(u64, u8, u16)> = held
+            .iter()
+            .map(|&(i, n, p)| (mac(i).to_u64(), n, p))
+            .collect();
+        let (mut m, _tables) = Member::build(&ccfg, 0, &entries).unwrap();
+        let mut bad = kv(3, 0, 0);
+        bad.value = b"{\"node\":9}".to_vec();
+        let member = Kv {
+            key: format!("{p}members/1").into_bytes(),
+            value: b"{}".to_vec(),
+            create_revision: 1,
+            mod_revision: 2,
+            lease: 5,
+        };
+        let state = vec![kv(2, 1, 1), bad, kv(4, 1, 0), member];
+        let ev = snapshot_events(&c, m.entries().map(|e| e.0), 40, state);
+        assert!(ev.iter().all(|e| e.revision() == 40));
+        let deleted: Vec<&[u8]> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Delete { key, .. } => Some(key.as_slice()),
+                Event::Put(_) => None,
+            })
+            .collect();
+        let key = |i: u8| entry_key(&p, mac(i)).into_bytes();
+        assert_eq!(deleted.len(), 2, "{deleted:?}");
+        assert!(deleted.contains(&key(1).as_slice()) && deleted.contains(&key(3).as_slice()));
+        for e in &ev {
+            if e.key().starts_with(format!("{p}entries/").as_bytes()) {
+                let _ = apply_entry(&c, &p, &mut m, e);
+            }
+        }
+        let mut got: Vec<(u64, u8, u16)> = m.entries().collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![(mac(2).to_u64(), 1, 1), (mac(4).to_u64(), 1, 0)]);
+        m.verify().unwrap();
     }
 
     #[test]
