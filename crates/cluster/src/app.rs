@@ -556,7 +556,8 @@ fn load(cfg: &Config, etcd: &Etcd, file: &Path, replace: bool) -> Result<i64> {
         rev = etcd.txn(chunk)?;
     }
     if rev == 0 {
-        rev = etcd.get_prefix(b"\0")?.0;
+        // Nothing written: the store's current revision (every live member is at it or past).
+        rev = etcd.count_prefix(prefix.as_bytes())?.0;
     }
     println!(
         "{}: {} entries, {} written, {removed} removed (revision {rev})",
@@ -676,11 +677,7 @@ fn wait_applied(cfg: &Config, etcd: &Etcd, rev: i64, limit: Duration) -> Result<
 fn status(cfg: &Config) -> Result<()> {
     let etcd = cfg.etcd();
     let prefix = cfg.prefix();
-    let (rev, kvs) = etcd.get_prefix(prefix.as_bytes())?;
-    let entries = kvs
-        .iter()
-        .filter(|kv| kv.key.starts_with(format!("{prefix}entries/").as_bytes()))
-        .count();
+    let (rev, entries) = etcd.count_prefix(format!("{prefix}entries/").as_bytes())?;
     println!(
         "cluster {:?} at revision {rev}: {entries} entries",
         cfg.cluster.name

@@ -375,6 +375,16 @@ impl Etcd {
         }
     }
 
+    /// How many keys start with `prefix`, and the store's revision (no keys or values are
+    /// transferred).
+    pub fn count_prefix(&self, prefix: &[u8]) -> Result<(i64, u64), EtcdError> {
+        let v = self.call(
+            "/v3/kv/range",
+            json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)), "count_only": true}),
+        )?;
+        Ok((as_i64(&v["header"]["revision"]), as_i64(&v["count"]) as u64))
+    }
+
     /// Delete `key`. Returns the revision and whether it existed.
     pub fn delete(&self, key: &[u8]) -> Result<(i64, bool), EtcdError> {
         let v = self.call("/v3/kv/deleterange", json!({"key": b64(key)}))?;

@@ -59,6 +59,7 @@ fn the_client_speaks_to_a_real_etcd() -> Result<()> {
         );
         let (at, kvs) = etcd.get_prefix_paged(b"/t/k/", 7)?;
         ensure!(at == r2 && kvs.len() == 100, "{at} {}", kvs.len());
+        ensure!(etcd.count_prefix(b"/t/k/")? == (r2, 100));
         for (i, kv) in kvs.iter().enumerate() {
             ensure!(kv.key == format!("/t/k/{i:03}").as_bytes() && kv.value == vec![i as u8; 3]);
         }

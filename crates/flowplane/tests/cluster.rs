@@ -65,10 +65,7 @@ fn mac(n: u8, p: u8) -> [u8; 6] {
 }
 
 fn mac_str(m: [u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    common::mac_text(&m)
 }
 
 fn ip(n: u8, p: u8) -> String {
@@ -76,14 +73,7 @@ fn ip(n: u8, p: u8) -> String {
 }
 
 fn frame(dst: [u8; 6], src: [u8; 6], tag: u32) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ETHERTYPE.to_be_bytes());
-    f.extend_from_slice(MARK);
-    f.extend_from_slice(&tag.to_be_bytes());
-    f.resize(60, 0);
-    f
+    common::tagged_frame(dst, src, ETHERTYPE, MARK, tag)
 }
 
 /// (dst MAC, tag) of a test frame.

@@ -62,14 +62,7 @@ fn host_ip(i: usize) -> String {
 
 /// A test frame: dst, src, [`ETHERTYPE`], [`MARK`], tag, padding to 60 bytes.
 fn frame(dst: [u8; 6], src: [u8; 6], tag: u32) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ETHERTYPE.to_be_bytes());
-    f.extend_from_slice(MARK);
-    f.extend_from_slice(&tag.to_be_bytes());
-    f.resize(60, 0);
-    f
+    common::tagged_frame(dst, src, ETHERTYPE, MARK, tag)
 }
 
 fn tag_of(f: &[u8]) -> Option<u32> {

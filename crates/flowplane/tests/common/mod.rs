@@ -836,3 +836,21 @@ pub fn probe_frame(dst: [u8; 6], src: [u8; 6], id: u64) -> Vec<u8> {
     f.extend_from_slice(&payload);
     f
 }
+
+/// A test frame: `dst`, `src`, `ethertype`, `mark`, a 32-bit tag, padded to 60 bytes.
+pub fn tagged_frame(
+    dst: [u8; 6],
+    src: [u8; 6],
+    ethertype: u16,
+    mark: &[u8; 8],
+    tag: u32,
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(mark);
+    f.extend_from_slice(&tag.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
