@@ -15,7 +15,10 @@
 //! * **§3.3-3.4, batching and two-round prefetching**: [`Reader::get_batch`] hashes a whole batch,
 //!   prefetches every first bucket, reads them, prefetches second buckets only for the keys that
 //!   missed, reads those, and re-validates versions (Algorithm 3); any number of keys (dynamic
-//!   batching, §4.3). [`Writer::get_batch`] is the same without the version protocol: while the
+//!   batching, §4.3), in chunks of [`CHUNK`]. A call with more than one chunk is pipelined: the
+//!   next chunk is hashed and its first buckets prefetched before this chunk's second buckets are
+//!   read, so the memory pipeline does not drain at every chunk boundary (a caller with several
+//!   bursts of keys at hand gains by passing them in one call). [`Writer::get_batch`] is the same without the version protocol: while the
 //!   single writer reads its own table no write can run, which is how the load balancer's
 //!   per-worker connection tables are read.
 //! * **§3.5, huge pages**: the table is one mapping from [`fp_mem`]: explicit huge pages, else
@@ -196,6 +199,27 @@ impl Stats {
     }
 }
 
+/// Where a table's entries sit among their two candidate buckets ([`Writer::placement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Entries in their first bucket: a positive lookup of one reads one bucket.
+    pub first: usize,
+    /// Entries in their second bucket: a positive lookup of one reads both.
+    pub second: usize,
+}
+
+impl Placement {
+    /// Share of the entries stored in their second bucket.
+    pub fn second_share(&self) -> f64 {
+        self.second as f64 / (self.first + self.second).max(1) as f64
+    }
+
+    /// Buckets a positive lookup of a uniformly chosen stored key reads: `1 + second_share`.
+    pub fn buckets_per_hit(&self) -> f64 {
+        1.0 + self.second_share()
+    }
+}
+
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -309,6 +333,7 @@ macro_rules! read_methods {
         }
 
         /// Look up `keys` (any number) with two-round prefetching; `out[i]` gets `keys[i]`'s value.
+        /// More than [`CHUNK`] keys are looked up in chunks pipelined one into the next.
         /// Panics if the slices differ in length.
         #[inline]
         pub fn get_batch(&self, keys: &[L::Key], out: &mut [Option<L::Value>]) {
@@ -407,6 +432,14 @@ impl<L: Layout> Writer<L> {
     /// Entries moved along cuckoo paths by this writer so far, and the longest path executed.
     pub fn displacements(&self) -> (u64, usize) {
         (self.search.moves, self.search.longest)
+    }
+
+    /// Where the entries sit: how many in their first candidate bucket and how many in their
+    /// second. Scans the whole table (a statistic for operators and benchmarks, not for the data
+    /// path).
+    pub fn placement(&self) -> Placement {
+        let (first, second) = self.table.placement();
+        Placement { first, second }
     }
 
     /// Number of buckets (the unit of [`retain_range`](Self::retain_range)).

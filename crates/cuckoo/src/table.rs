@@ -41,8 +41,12 @@ use crate::{Config, InsertError, Placed, Stats};
 
 /// Slots per bucket (the "4" of 2,4 cuckoo hashing).
 pub const SLOTS: usize = 4;
-/// Keys looked up together in one two-round prefetching pass; longer batches are processed in chunks.
+/// Keys looked up together in one two-round prefetching pass; longer batches are processed in
+/// chunks, pipelined one into the next. Tiny under loom, so a short batch there spans chunks.
+#[cfg(not(loom))]
 pub const CHUNK: usize = 32;
+#[cfg(loom)]
+pub const CHUNK: usize = 2;
 /// Number of striped version counters: "a few thousand" (§2.2), 16 KiB, fits in L1/L2. A constant, so
 /// the masked index needs no bounds check. Tiny under loom to keep the model small.
 #[cfg(not(loom))]
@@ -219,65 +223,44 @@ impl<'a, L: Layout> View<'a, L> {
         out: &mut [Option<L::Value>],
         mode: Prefetch,
     ) {
-        let n = keys.len().min(CHUNK);
-        let (keys, out) = (&keys[..n], &mut out[..n]);
-        let mut probes = [L::Probe::default(); CHUNK];
-        let mut bk = [(0u64, 0u64); CHUNK];
-        let mut vers = [0u64; CHUNK];
-        let mut valid = 0u64; // keys the layout can hold at all
-        let mut found = 0u64;
-        // Round 0: hash everything, prefetch every first bucket, snapshot both versions (before any
-        // bucket of the key is read, as the protocol requires).
-        for (i, k) in keys.iter().enumerate() {
-            if let Some(p) = self.probe(k) {
-                valid |= 1 << i;
-                let (b1, b2) = self.buckets(L::probe_hash(&p));
-                if mode == Prefetch::TwoRound {
-                    self.prefetch_bucket(b1);
-                }
-                if !OWNER {
-                    vers[i] = self.versions_of(b1, b2);
-                }
-                bk[i] = (b1, b2);
-                probes[i] = p;
-            }
-        }
-        // Round 1: read first buckets; prefetch second buckets of the misses.
-        for i in 0..n {
-            let (b1, b2) = bk[i];
-            let (hit, r) = self.find_in(b1, &probes[i]);
-            let hit = hit && valid >> i & 1 != 0;
-            out[i] = hit.then(|| self.layout.decode(r));
-            found |= (hit as u64) << i;
-            if mode == Prefetch::TwoRound {
-                // Chosen without a branch: re-prefetching the first bucket (in L1) costs nothing.
-                self.prefetch_bucket(if hit { b1 } else { b2 });
-            }
-        }
-        // Round 2: second buckets of the misses.
-        let mut m = valid & !found & low_bits(n);
-        while m != 0 {
-            let i = m.trailing_zeros() as usize % CHUNK;
-            m &= m - 1;
-            let (hit, r) = self.find_in(bk[i].1, &probes[i]);
-            out[i] = hit.then(|| self.layout.decode(r));
-        }
-        if OWNER {
+        let mut lanes = Lanes::<L>::default();
+        lanes.hash::<OWNER>(self, keys, mode);
+        lanes.first(self, out, mode);
+        lanes.finish::<OWNER>(self, out);
+    }
+
+    /// A batch longer than one chunk, pipelined across chunks (the paper's batching carried one
+    /// step further): the next chunk's keys are hashed and their first buckets prefetched before
+    /// this chunk's second buckets are read, so those misses overlap instead of draining the
+    /// memory pipeline at every chunk boundary.
+    #[inline]
+    fn get_pipelined<const OWNER: bool>(
+        &self,
+        keys: &[L::Key],
+        out: &mut [Option<L::Value>],
+        mode: Prefetch,
+    ) {
+        let mut lanes = [Lanes::<L>::default(), Lanes::<L>::default()];
+        let mut chunks = keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK));
+        let Some((k, mut o)) = chunks.next() else {
             return;
-        }
-        // Validate: versions even and unchanged since round 0.
-        fence(Ordering::Acquire);
-        let mut bad = 0u64;
-        for (i, &(b1, b2)) in bk[..n].iter().enumerate() {
-            let stable = vers[i] == self.versions_of(b1, b2) && vers[i] & ODD == 0;
-            bad |= (!stable as u64) << i;
-        }
-        // Rare: a writer touched the key's buckets while we read them. Look it up again alone.
-        let mut m = bad & valid;
-        while m != 0 {
-            let i = m.trailing_zeros() as usize % CHUNK;
-            m &= m - 1;
-            out[i] = self.get_probe(&probes[i]);
+        };
+        lanes[0].hash::<OWNER>(self, k, mode);
+        let mut cur = 0;
+        loop {
+            lanes[cur].first(self, o, mode);
+            let next = chunks.next();
+            if let Some((k, _)) = &next {
+                lanes[cur ^ 1].hash::<OWNER>(self, k, mode);
+            }
+            lanes[cur].finish::<OWNER>(self, o);
+            match next {
+                Some((_, no)) => {
+                    o = no;
+                    cur ^= 1;
+                }
+                None => return,
+            }
         }
     }
 
@@ -300,6 +283,103 @@ fn low_bits(n: usize) -> u64 {
         u64::MAX
     } else {
         (1u64 << n) - 1
+    }
+}
+
+/// The per-lane state of one chunk of a batched lookup, between its rounds.
+struct Lanes<L: Layout> {
+    n: usize,
+    probes: [L::Probe; CHUNK],
+    bk: [(u64, u64); CHUNK],
+    vers: [u64; CHUNK],
+    /// Keys the layout can hold at all.
+    valid: u64,
+    /// Keys found in their first bucket.
+    found: u64,
+}
+
+impl<L: Layout> Default for Lanes<L> {
+    fn default() -> Self {
+        Lanes {
+            n: 0,
+            probes: [L::Probe::default(); CHUNK],
+            bk: [(0, 0); CHUNK],
+            vers: [0; CHUNK],
+            valid: 0,
+            found: 0,
+        }
+    }
+}
+
+impl<L: Layout> Lanes<L> {
+    /// Round 0: hash every key, prefetch every first bucket, snapshot both versions (before any
+    /// bucket of the key is read, as the protocol requires).
+    #[inline(always)]
+    fn hash<const OWNER: bool>(&mut self, v: &View<'_, L>, keys: &[L::Key], mode: Prefetch) {
+        let n = keys.len().min(CHUNK);
+        self.n = n;
+        self.valid = 0;
+        self.found = 0;
+        for (i, k) in keys[..n].iter().enumerate() {
+            if let Some(p) = v.probe(k) {
+                self.valid |= 1 << i;
+                let (b1, b2) = v.buckets(L::probe_hash(&p));
+                if mode == Prefetch::TwoRound {
+                    v.prefetch_bucket(b1);
+                }
+                if !OWNER {
+                    self.vers[i] = v.versions_of(b1, b2);
+                }
+                self.bk[i] = (b1, b2);
+                self.probes[i] = p;
+            }
+        }
+    }
+
+    /// Round 1: read first buckets; prefetch second buckets of the misses.
+    #[inline(always)]
+    fn first(&mut self, v: &View<'_, L>, out: &mut [Option<L::Value>], mode: Prefetch) {
+        for (i, o) in out[..self.n].iter_mut().enumerate() {
+            let (b1, b2) = self.bk[i];
+            let (hit, r) = v.find_in(b1, &self.probes[i]);
+            let hit = hit && self.valid >> i & 1 != 0;
+            *o = hit.then(|| v.layout.decode(r));
+            self.found |= (hit as u64) << i;
+            if mode == Prefetch::TwoRound {
+                // Chosen without a branch: re-prefetching the first bucket (in L1) costs nothing.
+                v.prefetch_bucket(if hit { b1 } else { b2 });
+            }
+        }
+    }
+
+    /// Round 2: second buckets of the misses; then validate every lane.
+    #[inline(always)]
+    fn finish<const OWNER: bool>(&self, v: &View<'_, L>, out: &mut [Option<L::Value>]) {
+        let n = self.n;
+        let mut m = self.valid & !self.found & low_bits(n);
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            let (hit, r) = v.find_in(self.bk[i].1, &self.probes[i]);
+            out[i] = hit.then(|| v.layout.decode(r));
+        }
+        if OWNER {
+            return;
+        }
+        // Validate: versions even and unchanged since round 0.
+        fence(Ordering::Acquire);
+        let mut bad = 0u64;
+        for (i, &(b1, b2)) in self.bk[..n].iter().enumerate() {
+            let stable = self.vers[i] == v.versions_of(b1, b2) && self.vers[i] & ODD == 0;
+            bad |= (!stable as u64) << i;
+        }
+        // Rare: a writer touched the key's buckets while we read them. Look it up again alone.
+        let mut m = bad & self.valid;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            out[i] = v.get_probe(&self.probes[i]);
+        }
     }
 }
 
@@ -375,8 +455,10 @@ impl<L: Layout> RawTable<L> {
             "get_batch: keys and out differ in length"
         );
         let v = self.view();
-        for (k, o) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            v.get_chunk::<OWNER>(k, o, mode);
+        if keys.len() <= CHUNK {
+            v.get_chunk::<OWNER>(keys, out, mode);
+        } else {
+            v.get_pipelined::<OWNER>(keys, out, mode);
         }
     }
 
@@ -720,6 +802,29 @@ impl<L: Layout> RawTable<L> {
 
     /// Visit the entries of buckets `start..start + count` (wrapping), removing those for which `f`
     /// returns false. Returns the next bucket to continue from. Writer side: used for expiry and aging.
+    /// Entries stored in their first candidate bucket and in their second: a scan of every slot
+    /// (the writer reads its own table). A positive lookup reads the second bucket only for the
+    /// latter, so `1 + second / (first + second)` is the buckets a uniform positive lookup reads.
+    pub(crate) fn placement(&self) -> (usize, usize) {
+        let v = self.view();
+        let (mut first, mut second) = (0, 0);
+        for b in 0..self.n_buckets {
+            for s in 0..SLOTS {
+                let slot = v.slot(b, s);
+                if self.layout.is_empty(slot) {
+                    continue;
+                }
+                let (b1, _) = v.buckets(self.layout.slot_hash(self.seed, slot));
+                if b1 == b {
+                    first += 1;
+                } else {
+                    second += 1;
+                }
+            }
+        }
+        (first, second)
+    }
+
     pub(crate) fn retain_range(
         &self,
         start: usize,

@@ -159,3 +159,50 @@ fn bounded_insert_evicts_only_what_it_may() {
         assert_eq!(r.get(k(i)), Some(0), "key #{i} lost");
     }
 }
+
+/// `placement` counts every entry once, in the bucket it really sits in: keys that all share one
+/// first bucket overflow into their second buckets exactly by the excess over that bucket's slots,
+/// and a near-empty table keeps every key in its first bucket.
+#[test]
+fn placement_counts_entries_where_they_sit() {
+    let (mut w, _r) = CompactMap::new(&Config::with_capacity(4_096).seed(7)).unwrap();
+    // Collect keys whose first bucket is bucket 0.
+    let same: Vec<u64> = (0..)
+        .map(k)
+        .filter(|&key| w.candidate_buckets(key).unwrap().0 == 0)
+        .take(fp_cuckoo::SLOTS + 3)
+        .collect();
+    for (i, &key) in same.iter().enumerate() {
+        w.insert(key, i as u16).unwrap();
+    }
+    let p = w.placement();
+    assert_eq!(p.first + p.second, same.len());
+    // Bucket 0 holds at most SLOTS of them; no path search moves a key out of its first bucket
+    // while its second has room, so exactly the excess lives in second buckets.
+    assert_eq!(p.first, fp_cuckoo::SLOTS);
+    assert_eq!(p.second, 3);
+    assert!((p.buckets_per_hit() - (1.0 + 3.0 / same.len() as f64)).abs() < 1e-12);
+
+    // A sparsely filled table: every key finds room in its first bucket.
+    let (mut w, _r) = CompactMap::new(&Config::with_capacity(100_000).seed(8)).unwrap();
+    let mut firsts = std::collections::HashMap::new();
+    let mut n = 0;
+    for i in 0.. {
+        let key = k(i);
+        let b1 = w.candidate_buckets(key).unwrap().0;
+        if firsts.insert(b1, ()).is_none() {
+            w.insert(key, 1).unwrap();
+            n += 1;
+            if n == 1_000 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        w.placement(),
+        fp_cuckoo::Placement {
+            first: 1_000,
+            second: 0
+        }
+    );
+}

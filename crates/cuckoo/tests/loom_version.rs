@@ -89,6 +89,31 @@ fn batched_reader_never_misses_a_key_being_displaced() {
     });
 }
 
+/// A batch of three keys spans two chunks (CHUNK is 2 under loom), so the moved key is hashed and
+/// its versions taken while the first chunk is between its rounds: the pipelined path.
+#[test]
+fn pipelined_batch_never_misses_a_key_being_displaced() {
+    loom::model(|| {
+        let (mut w, r) = CompactMap::new(&cfg()).unwrap();
+        let s = setup(&w);
+        w.insert(s.moved, 41).unwrap();
+        for &k in &s.others {
+            w.insert(k, 7).unwrap();
+        }
+        let reader = loom::thread::spawn({
+            let r = r.clone();
+            let keys = [s.others[0], s.others[3], s.moved];
+            move || {
+                let mut out = [None; 3];
+                r.get_batch(&keys, &mut out);
+                out
+            }
+        });
+        w.insert(s.new, 99).unwrap();
+        assert_eq!(reader.join().unwrap(), [Some(7), Some(7), Some(41)]);
+    });
+}
+
 #[test]
 fn reader_sees_old_or_new_value_of_an_update() {
     loom::model(|| {

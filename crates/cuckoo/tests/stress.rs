@@ -38,13 +38,16 @@ fn readers_never_miss_stable_keys_during_cuckoo_churn() {
             let lookups = lookups.clone();
             std::thread::spawn(move || {
                 let mut i = t as u64;
-                let mut keys = [0u64; 16];
-                let mut out = [None; 16];
+                // Batches of 16 (one chunk) and of 80 (three chunks, pipelined across chunks).
+                let mut keys = [0u64; 80];
+                let mut out = [None; 80];
                 let mut n = 0u64;
                 while !done.load(Ordering::Relaxed) {
                     // Alternate single and batched lookups.
                     let k = key(i % stable);
                     assert_eq!(r.get(k), Some(value(k)), "single lookup lost key {k:#x}");
+                    let len = if i.is_multiple_of(4) { 16 } else { 80 };
+                    let (keys, out) = (&mut keys[..len], &mut out[..len]);
                     for (x, kk) in keys.iter_mut().enumerate() {
                         *kk = key((i * 7 + x as u64 * 1013) % stable);
                     }
@@ -53,12 +56,12 @@ fn readers_never_miss_stable_keys_during_cuckoo_churn() {
                     } else {
                         Prefetch::Off
                     };
-                    r.get_batch_with(&keys, &mut out, mode);
-                    for (kk, o) in keys.iter().zip(&out) {
+                    r.get_batch_with(keys, out, mode);
+                    for (kk, o) in keys.iter().zip(out.iter()) {
                         assert_eq!(*o, Some(value(*kk)), "batched lookup lost key {kk:#x}");
                     }
                     i += 2;
-                    n += 17;
+                    n += 1 + len as u64;
                 }
                 lookups.fetch_add(n, Ordering::Relaxed);
             })
