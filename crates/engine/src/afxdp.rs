@@ -44,6 +44,12 @@
 //! veth, traffic sources must run with tx checksum offload off (`ethtool -K IF tx off`). Frames
 //! from a real NIC are complete. (The AF_PACKET port can fix them: it sees `TP_STATUS_CSUMNOTREADY`.)
 //!
+//! **Fewer workers than queues.** An AF_XDP socket receives only from the queue it is bound to,
+//! so every receive queue needs one, or the frames the NIC (or the sending veth) hashes to it are
+//! not seen. When there are fewer workers than queues, a worker's port on an interface is an
+//! [`AfXdpQueues`]: the sockets of queues `w, w + workers, …` polled in turn (one `epoll`
+//! descriptor to sleep on), transmitting on each in turn.
+//!
 //! **Namespaces.** [`AfXdpPort::open`] works on the interface of the calling thread's network
 //! namespace (run the process with `ip netns exec`, or call it from a thread that entered the
 //! namespace with `setns`). The port may then be moved to any thread.
@@ -586,6 +592,96 @@ impl Drop for AfXdpPort {
     }
 }
 
+/// The sockets of several receive queues of one interface as one [`Port`], for a worker that
+/// serves more than one queue. Receives from each socket in turn (starting one further every
+/// burst, so no queue is favoured), transmits whole bursts on each socket in turn, and sleeps on
+/// one `epoll` descriptor that is readable when any socket is.
+pub struct AfXdpQueues {
+    name: String,
+    ports: Vec<AfXdpPort>,
+    next_rx: usize,
+    next_tx: usize,
+    epoll: std::os::fd::OwnedFd,
+}
+
+impl fmt::Debug for AfXdpQueues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AfXdpQueues")
+            .field("name", &self.name)
+            .field("ports", &self.ports)
+            .finish()
+    }
+}
+
+impl AfXdpQueues {
+    /// Group `ports` (sockets of one interface, at least one).
+    pub fn new(ports: Vec<AfXdpPort>) -> io::Result<AfXdpQueues> {
+        let Some(first) = ports.first() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an AF_XDP queue group needs at least one socket",
+            ));
+        };
+        let fds: Vec<i32> = ports.iter().map(|p| p.xsk.raw_fd()).collect();
+        let queues: Vec<String> = ports.iter().map(|p| p.info.queue.to_string()).collect();
+        let name = format!("afxdp:{}:{}", first.info.ifname, queues.join("+"));
+        Ok(AfXdpQueues {
+            name,
+            epoll: sys::epoll_over(&fds)?,
+            ports,
+            next_rx: 0,
+            next_tx: 0,
+        })
+    }
+
+    /// The sockets, one per queue.
+    pub fn queues(&self) -> &[AfXdpPort] {
+        &self.ports
+    }
+}
+
+impl Port for AfXdpQueues {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
+        let k = self.ports.len();
+        let mut got = 0;
+        for j in 0..k {
+            if got >= max {
+                break;
+            }
+            got += self.ports[(self.next_rx + j) % k].rx_burst(pool, out, max - got);
+        }
+        self.next_rx = (self.next_rx + 1) % k;
+        got
+    }
+
+    fn tx_burst(&mut self, batch: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+        let i = self.next_tx;
+        self.next_tx = (i + 1) % self.ports.len();
+        self.ports[i].tx_burst(batch, pool)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.ports.iter_mut().try_for_each(|p| p.flush())
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = PortStats::default();
+        for p in &self.ports {
+            s.add(&p.stats());
+        }
+        s
+    }
+
+    fn wait(&self) -> Wait {
+        use std::os::fd::AsRawFd;
+        Wait::Readable(self.epoll.as_raw_fd())
+    }
+}
+
 fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
     let bad = |s: String| Err(AfXdpError::Config(s));
     if queues.is_empty() {
@@ -625,10 +721,12 @@ fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
     Ok(())
 }
 
-/// The AF_XDP port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker on
-/// receive queues `0..workers` (capped by the interface with the fewest queues: a worker must be
-/// able to send on every interface), and flowplane's XDP program steering either the frames to
-/// the wanted destinations (the rest stays with the kernel) or every frame.
+/// The AF_XDP port driver ([`crate::live::DRIVERS`]): per interface, one socket per receive
+/// queue, and flowplane's XDP program steering either the frames to the wanted destinations (the
+/// rest stays with the kernel) or every frame. Workers are capped by the interface with the
+/// fewest queues (a worker must be able to send on every interface); a worker with more than one
+/// queue of an interface gets them as one [`AfXdpQueues`] port (queue `q` to worker
+/// `q % workers`), so no queue is left without a socket.
 pub struct AfXdpDriver;
 
 impl crate::live::PortDriver for AfXdpDriver {
@@ -653,14 +751,14 @@ impl crate::live::PortDriver for AfXdpDriver {
             interface: ifname.to_string(),
             message,
         };
-        let mut queues = u32::MAX;
+        let mut counts = Vec::with_capacity(spec.interfaces.len());
         for ifname in &spec.interfaces {
             let q = rx_queue_count(ifname)
                 .map_err(|e| open_err(ifname, format!("reading its queue count: {e}")))?;
-            queues = queues.min(q.max(1));
+            counts.push(q.max(1));
         }
+        let queues = counts.iter().copied().min().unwrap_or(1);
         let workers = (spec.workers.max(1) as u32).min(queues);
-        let qs: Vec<u32> = (0..workers).collect();
         let cfg = match &spec.capture {
             Capture::Destinations(d) => AfXdpConfig {
                 vips: d.clone(),
@@ -678,7 +776,8 @@ impl crate::live::PortDriver for AfXdpDriver {
         // of promiscuous mode again.
         let mut control = LiveControl::new(Vec::new(), Vec::new());
         let mut info = String::new();
-        for ifname in &spec.interfaces {
+        for (ifname, &count) in spec.interfaces.iter().zip(&counts) {
+            let qs: Vec<u32> = (0..count).collect();
             let socks = AfXdpPort::open_queues(ifname, &qs, &cfg)
                 .map_err(|e| open_err(ifname, format!("opening AF_XDP sockets: {e}")))?;
             if info.is_empty() {
@@ -692,8 +791,19 @@ impl crate::live::PortDriver for AfXdpDriver {
                         .map_err(|e| format!("updating the XDP destination map: {e}"))
                 }));
             }
-            for (w, s) in socks.into_iter().enumerate() {
-                ports[w].push(Box::new(s));
+            let mut mine: Vec<Vec<AfXdpPort>> = (0..workers).map(|_| Vec::new()).collect();
+            for (q, s) in socks.into_iter().enumerate() {
+                mine[q % workers as usize].push(s);
+            }
+            for (w, mut socks) in mine.into_iter().enumerate() {
+                if socks.len() == 1 {
+                    ports[w].push(Box::new(socks.pop().expect("one socket")));
+                } else {
+                    let group = AfXdpQueues::new(socks).map_err(|e| {
+                        open_err(ifname, format!("grouping its queues' sockets: {e}"))
+                    })?;
+                    ports[w].push(Box::new(group));
+                }
             }
             // A NIC filters unicast frames for other MACs unless promiscuous.
             if spec.capture == Capture::All
@@ -704,8 +814,13 @@ impl crate::live::PortDriver for AfXdpDriver {
             }
         }
         let description = format!(
-            "AF_XDP on {}: {workers} queue(s) of {queues}{}; {info}",
+            "AF_XDP on {}: {workers} worker(s) over {} queue(s){}; {info}",
             spec.interfaces.join(","),
+            counts
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
             if spec.capture == Capture::All {
                 ", every frame steered to the sockets, promiscuous"
             } else {
@@ -1325,6 +1440,32 @@ mod sys {
         tx_count: u32,
         other_count: u32,
         combined_count: u32,
+    }
+
+    /// An `epoll` descriptor watching `fds` for input: readable (to `poll`) when any of them is.
+    pub fn epoll_over(fds: &[i32]) -> io::Result<OwnedFd> {
+        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor that
+        // nothing else owns, so `OwnedFd` may take it.
+        let ep = unsafe {
+            let fd = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        for &fd in fds {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: `ev` is a live epoll_event the kernel only reads during the call; `ep` is
+            // our epoll descriptor. A bad `fd` is an error return, not undefined behaviour.
+            let rc = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(ep)
     }
 
     pub fn rx_queue_count(ifname: &str) -> io::Result<u32> {

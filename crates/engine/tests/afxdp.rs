@@ -540,6 +540,127 @@ fn two_queues_share_one_program() {
     assert_eq!(net.xdp_attached(), None);
 }
 
+/// Fewer workers than queues: the driver still opens a socket on every queue and gives one worker
+/// all of them as one port, so the frames the sender's flows hash to queues 1 and 2 are not lost
+/// to the kernel. The group port sleeps on one descriptor that wakes for any queue, receives
+/// every frame, and transmits on its sockets in turn.
+#[test]
+fn one_worker_serves_every_queue() {
+    use fp_engine::afxdp::AfXdpQueues;
+    use fp_engine::live::{Capture, LiveSpec};
+    use fp_engine::port::Wait;
+    let net = Net::new(3);
+    let dsts: Vec<IpAddr> = vec![VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+
+    // Through the driver, as `flowplane run --workers 1` opens it.
+    let mut opened = net.run_in(&net.a, move || {
+        let spec = LiveSpec::new(&["xa0"], 1, Capture::Destinations(dsts));
+        fp_engine::live::driver("af_xdp")
+            .unwrap()
+            .open(&spec)
+            .unwrap_or_else(|e| panic!("{e}"))
+    });
+    assert_eq!(opened.ports.len(), 1, "{}", opened.description);
+    assert_eq!(opened.ports[0].len(), 1);
+    assert!(
+        opened.description.contains("1 worker(s) over 3 queue(s)"),
+        "{}",
+        opened.description
+    );
+    let port = &mut opened.ports[0][0];
+    assert_eq!(port.name(), "afxdp:xa0:0+1+2");
+    let Wait::Readable(fd) = port.wait() else {
+        panic!("the group port waits on a descriptor");
+    };
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let mut pool = Pool::new(1024);
+    let mut b = burst();
+    // Idle: nothing to read, and the wait descriptor says so.
+    assert_eq!(port.rx_burst(&mut pool, &mut b, 32), 0);
+    assert!(!fp_engine::sys::poll_readable(&[fd], Duration::from_millis(20)).unwrap());
+    let n = 300u16;
+    let sent: Vec<Vec<u8>> = (0..n).map(|i| frame_to(VIP4, i)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    assert!(
+        fp_engine::sys::poll_readable(&[fd], Duration::from_secs(2)).unwrap(),
+        "the group's descriptor wakes the worker"
+    );
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while got.len() < sent.len() && Instant::now() < end {
+        if port.rx_burst(&mut pool, &mut b, 32) == 0 {
+            let _ = fp_engine::sys::poll_readable(&[fd], Duration::from_millis(10));
+        }
+        for p in b.drain(..) {
+            got.push(p.data().to_vec());
+            pool.put(p);
+        }
+    }
+    got.sort();
+    let mut want = sent.clone();
+    want.sort();
+    assert_eq!(got, want, "every frame, from every queue, once");
+    assert_eq!(port.stats().rx, n as u64);
+    drop(opened);
+    assert_eq!(net.xdp_attached(), None, "dropping the ports detaches");
+
+    // The group itself: the flows really spread over the queues (so the frames above did not
+    // all come through queue 0), and transmit alternates sockets without losing a frame.
+    let c = cfg(ModeChoice::Native);
+    let mut group = net.run_in(&net.a, move || {
+        let ports = AfXdpPort::open_queues("xa0", &[0, 1, 2], &c).unwrap_or_else(|e| panic!("{e}"));
+        AfXdpQueues::new(ports).unwrap()
+    });
+    for f in &sent {
+        peer.send(f);
+    }
+    let mut total = 0;
+    let end = Instant::now() + Duration::from_secs(5);
+    while total < n as usize && Instant::now() < end {
+        total += group.rx_burst(&mut pool, &mut b, 32);
+        pool.put_all(&mut b);
+    }
+    assert_eq!(total, n as usize);
+    let per_queue: Vec<u64> = group.queues().iter().map(|p| p.stats().rx).collect();
+    assert!(
+        per_queue.iter().filter(|&&r| r > 0).count() >= 2,
+        "flows hashed to more than one queue: {per_queue:?}"
+    );
+    let mut want = Vec::new();
+    for round in 0..6u16 {
+        for i in 0..16u16 {
+            let mut f = craft::udp(
+                &Endpoints::new(VIP4, 80, "192.0.2.9", 3000 + round * 16 + i),
+                40,
+            );
+            f[..6].copy_from_slice(&MAC_B);
+            f[6..12].copy_from_slice(&MAC_A);
+            let mut p = pool.get().unwrap();
+            assert!(p.fill(&f));
+            b.push(p);
+            want.push(f);
+        }
+        assert_eq!(group.tx_burst(&mut b, &mut pool), 16);
+    }
+    group.flush().unwrap();
+    let tx: Vec<u64> = group.queues().iter().map(|p| p.stats().tx).collect();
+    assert_eq!(tx, vec![32, 32, 32], "bursts alternate over the sockets");
+    let mut seen = Vec::new();
+    while seen.len() < want.len() {
+        match peer.recv() {
+            Some(f) if f[..6] == MAC_B && f[6..12] == MAC_A => seen.push(f),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    seen.sort();
+    want.sort();
+    assert_eq!(seen, want, "the peer got every transmitted frame");
+    assert_eq!(pool.in_use(), 0);
+}
+
 /// Bad settings and a missing interface are errors that say what is wrong.
 #[test]
 fn errors_are_clear() {

@@ -316,24 +316,32 @@ impl TestNet {
     /// Create a veth pair with end `a_dev` in `a` and end `b_dev` in `b` (which may be the same
     /// namespace), both up. Interface names have at most 15 characters.
     pub fn veth(&self, a: &Netns, a_dev: &str, b: &Netns, b_dev: &str) -> Result<(Link, Link)> {
+        self.veth_queues(a, a_dev, b, b_dev, 1)
+    }
+
+    /// [`veth`](Self::veth) with `queues` receive and transmit queues on each end (a flow's
+    /// frames stay on one queue: the sender's transmit queue, picked by flow hash, is the
+    /// receiver's receive queue).
+    pub fn veth_queues(
+        &self,
+        a: &Netns,
+        a_dev: &str,
+        b: &Netns,
+        b_dev: &str,
+        queues: u32,
+    ) -> Result<(Link, Link)> {
         netns::check_ifname(a_dev)?;
         netns::check_ifname(b_dev)?;
-        if a.name() == b.name() {
-            a.ip(&["link", "add", a_dev, "type", "veth", "peer", "name", b_dev])?;
-        } else {
-            a.ip(&[
-                "link",
-                "add",
-                a_dev,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                b_dev,
-                "netns",
-                b.name(),
-            ])?;
+        let q = queues.max(1).to_string();
+        let qs = ["numrxqueues", &q, "numtxqueues", &q];
+        let mut args = vec!["link", "add", a_dev];
+        args.extend(qs);
+        args.extend(["type", "veth", "peer", "name", b_dev]);
+        args.extend(qs);
+        if a.name() != b.name() {
+            args.extend(["netns", b.name()]);
         }
+        a.ip(&args)?;
         let (la, lb) = (a.link(a_dev), b.link(b_dev));
         la.up()?;
         lb.up()?;
