@@ -115,7 +115,14 @@ def t_live(runs):
     kf = r.one("kernel_forward")
     kcpu = r.one("kernel_forward_forwarding_cpu_per_frame")
     rows = [["kernel forwarding", num(kf["value"]), "1", f"{num(kcpu['value'])} ns", "1", "—", "—"]]
-    for case, label in (("af_packet", "AF_PACKET"), ("af_xdp", "AF_XDP (copy mode)")):
+    for case, label in (
+        ("af_packet", "AF_PACKET"),
+        ("af_xdp", "AF_XDP (copy mode)"),
+        ("af_xdp_2q_1w", "AF_XDP, 2 queues, 1 worker"),
+        ("af_xdp_2q_2w", "AF_XDP, 2 queues, 2 workers"),
+    ):
+        if not r.find(case):
+            continue
         f = r.find(f"forwarder_{case}")
         if f:
             fc = r.one(f"forwarder_{case}_forwarding_cpu_per_frame")
@@ -134,7 +141,7 @@ def t_live(runs):
         d = r.one(case)
         c = r.one(f"{case}_forwarding_cpu_per_frame")
         b = r.one(f"{case}_balancer_process_cpu_per_frame")
-        vs = r.find(f"{case}_vs_forwarder")
+        vs = r.find(f"{case}_vs_forwarder") or r.find(f"{case}_vs_1w")
         rows.append(
             [
                 f"balancer, {label}",
@@ -147,7 +154,7 @@ def t_live(runs):
             ]
         )
     return table(
-        ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "own thread(s): user + system", "of the forwarder (kpps)"],
+        ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "own thread(s): user + system", "of the forwarder (kpps; 2 workers: of 1 worker)"],
         rows,
         ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
     ) + "\n\n" + source(r)

@@ -11,6 +11,10 @@
 //! * `kernel_forward` — the peer: Linux routes the VIP to the same next hop (`ip_forward=1`, one
 //!   route, redirects off) between the same namespaces.
 //! * `af_packet`, `af_xdp` — `flowplane run --interface` with one worker, GRE toward the backend.
+//! * `af_xdp_2q_1w`, `af_xdp_2q_2w` — the same balancer on a veth pair with two queues (the
+//!   sender's flows hash over them), with one worker serving both queues and with one worker per
+//!   queue: how the balancer scales with workers (on this two-core machine the sender shares the
+//!   cores, so the CPU per frame is the figure to read).
 //! * `forwarder_af_packet`, `forwarder_af_xdp` — the no-lookup forwarder on the same port driver,
 //!   interface and capture as the balancer: one engine worker (pinned to CPU 1) whose stage only
 //!   rewrites the Ethernet addresses of each frame to the VIP (toward the backend's MAC) and hands
@@ -47,7 +51,8 @@ pub struct LiveArgs {
     /// Seconds measured per case (after one second of warm-up).
     #[arg(long)]
     pub secs: Option<f64>,
-    /// Cases to run (default: all): sender_only, kernel_forward, af_packet, af_xdp.
+    /// Cases to run (default: all): sender_only, kernel_forward, forwarder_af_packet, af_packet,
+    /// forwarder_af_xdp, af_xdp, af_xdp_2q_1w, af_xdp_2q_2w.
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
 }
@@ -117,11 +122,24 @@ struct Bed {
     sender_mac: [u8; 6],
 }
 
-fn bed() -> Result<Bed> {
+/// The balancer's workers and the veth's queues of a case (`af_xdp_2q_2w`: 2 queues, 2 workers).
+fn queues_workers(case: &str) -> (u32, u32) {
+    let mut qw = (1, 1);
+    for part in case.split('_') {
+        if let Some(q) = part.strip_suffix('q').and_then(|x| x.parse().ok()) {
+            qw.0 = q;
+        } else if let Some(w) = part.strip_suffix('w').and_then(|x| x.parse().ok()) {
+            qw.1 = w;
+        }
+    }
+    qw
+}
+
+fn bed(queues: u32) -> Result<Bed> {
     let net = TestNet::new("bench-live")?;
     let s = net.ns("snd")?;
     let l = net.ns("lb")?;
-    let (se, le) = net.veth(&s, "eth0", &l, "eth0")?;
+    let (se, le) = net.veth_queues(&s, "eth0", &l, "eth0", queues)?;
     se.addr_add(&format!("{SENDER_IP}/24"))?;
     se.addr_add(&format!("{BACKEND_IP}/24"))?;
     le.addr_add(&format!("{BALANCER_IP}/24"))?;
@@ -308,8 +326,15 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
     std::fs::create_dir_all(&dir)?;
     let cfg = dir.join("lb.toml");
     std::fs::write(&cfg, config_text())?;
+    let (_, workers) = queues_workers(case);
+    let workers = workers.to_string();
     let proc = match case {
-        "af_packet" | "af_xdp" => {
+        "af_packet" | "af_xdp" | "af_xdp_2q_1w" | "af_xdp_2q_2w" => {
+            let driver = if case.starts_with("af_xdp") {
+                "af_xdp"
+            } else {
+                "af_packet"
+            };
             let exe = crate::flowplane_binary()?;
             let p = b
                 .balancer
@@ -321,9 +346,9 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
                     "--interface",
                     "eth0",
                     "--driver",
-                    case,
+                    driver,
                     "--workers",
-                    "1",
+                    &workers,
                     "--no-pin",
                 ])
                 .spawn()?;
@@ -415,6 +440,8 @@ pub fn run(a: LiveArgs) -> Result<()> {
         "af_packet",
         "forwarder_af_xdp",
         "af_xdp",
+        "af_xdp_2q_1w",
+        "af_xdp_2q_2w",
     ];
     let cases: Vec<&str> = if a.cases.is_empty() {
         all.to_vec()
@@ -430,13 +457,22 @@ pub fn run(a: LiveArgs) -> Result<()> {
     let mut report = Report::new("live", &a.common)?;
     report.note(&format!(
         "60-byte UDP frames of {FLOWS} flows from an AF_PACKET sender over one veth pair; \
-         one balancer worker, GRE to a backend on the sender's side; {secs} s per case after 1 s warm-up"
+         one balancer worker (the _2q_ cases: a veth with two queues, one or two workers), GRE to a \
+         backend on the sender's side; {secs} s per case after 1 s warm-up"
     ));
-    let b = bed()?;
     let mut got: Vec<(&str, Outcome)> = Vec::new();
+    // One test bed per queue count, made when its first case runs (cases come grouped by it).
+    let mut b: Option<(u32, Bed)> = None;
     for c in &cases {
-        got.push((c, measure(&b, c, secs)?));
+        let (queues, _) = queues_workers(c);
+        if b.as_ref().map(|(q, _)| *q) != Some(queues) {
+            drop(b.take()); // the old bed's namespaces go first
+            b = Some((queues, bed(queues)?));
+        }
+        let (_, bed) = b.as_ref().expect("made above");
+        got.push((c, measure(bed, c, secs)?));
     }
+    drop(b);
     let find = |n: &str| got.iter().find(|(c, _)| *c == n).map(|(_, o)| o);
     let send_cost = find("sender_only").map(|o| o.machine_ns);
     let kernel = find("kernel_forward");
@@ -492,6 +528,18 @@ pub fn run(a: LiveArgs) -> Result<()> {
                                 .peer(format!("forwarder_{c}"), (f.machine_ns - s).max(0.0)),
                         )?;
                     }
+                }
+                // Scaling: two workers, one per queue, against one worker serving both queues.
+                if let Some(one) = c.strip_suffix("_2w").and_then(|p| find(&format!("{p}_1w"))) {
+                    report.add(
+                        Record::higher(format!("{c}_vs_1w"), o.pps / 1e3, "kpps")
+                            .param("offered_kpps", o.offered_pps / 1e3)
+                            .peer(c.replace("_2w", "_1w"), one.pps / 1e3),
+                    )?;
+                    report.add(
+                        Record::lower(format!("{c}_machine_cpu_vs_1w"), o.machine_ns, "ns")
+                            .peer(c.replace("_2w", "_1w"), one.machine_ns),
+                    )?;
                 }
                 if let Some((user, sys)) = o.balancer_ns {
                     report.add(
