@@ -23,10 +23,13 @@
 //!   forwarding thread's own run time (`/proc/self/task/TID/schedstat`).
 //!
 //! Reported per case: frames per second delivered back to the sender namespace (the balancer's
-//! veth `tx_packets`), the whole machine's CPU time per delivered frame (`/proc/stat`, both
-//! cores, everything: the sender, softirqs, the balancer), that minus the `sender_only` cost per
-//! offered frame (the forwarding cost estimate), and the balancer process's own CPU time per
-//! frame. On veth the sender is usually the bottleneck (a veth transmit runs the receiver's stack
+//! veth `tx_packets`), the whole machine's CPU time per delivered frame (both cores' wall time
+//! minus their idle time: the sender, softirqs, the balancer, everything), that minus the
+//! `sender_only` cost per offered frame (the forwarding cost estimate), and the balancer
+//! process's own CPU time per frame (its threads' run time, split into user and system by the
+//! tick samples' ratio). Then, unless `--throttle 0`, the single-queue cases again with the
+//! sender paced to a load every path keeps up with (`throttled_*` records): CPU per frame at
+//! equal offered load. On veth the sender is usually the bottleneck (a veth transmit runs the receiver's stack
 //! in the sender's context), which is why the CPU per frame, not the rate, is the figure to read.
 
 use super::{CommonOpts, Record, Report};
@@ -55,6 +58,11 @@ pub struct LiveArgs {
     /// forwarder_af_xdp, af_xdp, af_xdp_2q_1w, af_xdp_2q_2w.
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
+    /// After the unpaced pass, run the single-queue cases again with the sender paced to this
+    /// many kpps (a load every path keeps up with, so CPU per frame compares at equal load);
+    /// 0 skips it.
+    #[arg(long, default_value_t = 300.0)]
+    pub throttle: f64,
 }
 
 const SENDER_IP: &str = "10.77.0.1";
@@ -71,10 +79,12 @@ struct Sample {
     delivered: u64,
     /// Frames the sender handed to its socket.
     offered: u64,
-    /// Busy CPU time of the whole machine, ns.
-    machine_ns: u64,
-    /// CPU time of the balancer process (user, system), ns.
+    /// The whole machine's idle time.
+    machine: Option<crate::env::cpu::Machine>,
+    /// CPU time of the balancer process: (user, system) ticks and the run time of its threads,
+    /// ns.
     balancer_ns: (u64, u64),
+    balancer_run_ns: u64,
     /// Run time of the no-lookup forwarder's thread, ns.
     forwarder_ns: u64,
 }
@@ -85,22 +95,9 @@ fn clock_tick_ns() -> u64 {
     10_000_000
 }
 
-/// Busy time of all CPUs (everything but idle and iowait), ns.
-fn machine_busy_ns() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/stat")?;
-    let line = text.lines().next().context("/proc/stat is empty")?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    Ok((total - idle) * clock_tick_ns())
-}
-
-/// (utime, stime) of a process (all its threads), ns: user time is the pipeline's own work,
-/// system time the kernel's socket and veth work done on its behalf.
+/// (utime, stime) tick samples of a process (all its threads), ns: user time is the pipeline's
+/// own work, system time the kernel's socket and veth work done on its behalf. Only their ratio
+/// is used (see `crate::env::cpu`).
 fn process_cpu_ns(pid: u32) -> (u64, u64) {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return (0, 0);
@@ -164,10 +161,13 @@ fn bed(queues: u32) -> Result<Bed> {
 }
 
 /// The sender: frames of `FLOWS` flows to the VIP, as fast as the socket takes them.
+/// `rate`: frames per second to offer (bursts paced by sleeping until each is due), or as fast
+/// as the socket takes them.
 fn start_sender(
     b: &Bed,
     stop: Arc<AtomicBool>,
     offered: Arc<AtomicU64>,
+    rate: Option<f64>,
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     let (dst, src) = (b.balancer_mac, b.sender_mac);
     let h = b.sender.spawn_thread(move || -> Result<()> {
@@ -191,7 +191,15 @@ fn start_sender(
         let mut pool = Pool::new(4 * MAX_BURST);
         let mut batch = burst();
         let mut next = 0usize;
+        let start = Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            if let Some(r) = rate {
+                let due = start + Duration::from_secs_f64(next as f64 / r);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
             for _ in 0..MAX_BURST {
                 let Some(mut p) = pool.get() else { break };
                 p.fill(&frames[next % FLOWS]);
@@ -316,7 +324,7 @@ fn start_forwarder(
     Ok((running, tid, opened.control))
 }
 
-fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
+fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome> {
     let forward = if case == "kernel_forward" { "1" } else { "0" };
     b.balancer.sysctl("net.ipv4.ip_forward", forward)?;
     if case == "kernel_forward" {
@@ -364,15 +372,18 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let offered = Arc::new(AtomicU64::new(0));
-    let sender = start_sender(b, stop.clone(), offered.clone())?;
+    let sender = start_sender(b, stop.clone(), offered.clone(), rate)?;
     let lb_link = b.balancer.link("eth0");
     let sample = || -> Result<Sample> {
         Ok(Sample {
             at: Some(Instant::now()),
             delivered: lb_link.stats()?.tx_packets,
             offered: offered.load(Ordering::Relaxed),
-            machine_ns: machine_busy_ns()?,
+            machine: Some(crate::env::cpu::Machine::now()?),
             balancer_ns: proc.as_ref().map_or((0, 0), |p| process_cpu_ns(p.pid())),
+            balancer_run_ns: proc
+                .as_ref()
+                .map_or(0, |p| crate::env::cpu::process_run_ns(&p.pid().to_string())),
             forwarder_ns: fwd.as_ref().map_or(Ok(0), |(_, tid, _)| {
                 crate::env::thread_cpu_ns(tid.load(Ordering::Relaxed))
             })?,
@@ -414,18 +425,145 @@ fn measure(b: &Bed, case: &str, secs: f64) -> Result<Outcome> {
     };
     Ok(Outcome {
         pps: delivered as f64 / dt,
-        machine_ns: (z.machine_ns - a.machine_ns) as f64 / per as f64,
+        machine_ns: a.machine.expect("set").busy_until(&z.machine.expect("set")) as f64
+            / per as f64,
+        // The run time is exact; the user/system split comes from the tick samples.
         balancer_ns: proc.as_ref().map(|_| {
-            (
-                (z.balancer_ns.0 - a.balancer_ns.0) as f64 / per as f64,
-                (z.balancer_ns.1 - a.balancer_ns.1) as f64 / per as f64,
-            )
+            let run = (z.balancer_run_ns - a.balancer_run_ns) as f64 / per as f64;
+            let user = (z.balancer_ns.0 - a.balancer_ns.0) as f64;
+            let sys = (z.balancer_ns.1 - a.balancer_ns.1) as f64;
+            let share = if user + sys > 0.0 {
+                user / (user + sys)
+            } else {
+                0.0
+            };
+            (run * share, run * (1.0 - share))
         }),
         forwarder_ns: case
             .starts_with("forwarder_")
             .then(|| (z.forwarder_ns - a.forwarder_ns) as f64 / per as f64),
         offered_pps: offered_n as f64 / dt,
     })
+}
+
+/// The records of one pass over the cases: names prefixed by `prefix`, each with the sender's
+/// target rate where it was paced.
+fn add_records(
+    report: &mut Report,
+    got: &[(&str, Outcome)],
+    prefix: &str,
+    target_kpps: Option<f64>,
+) -> Result<()> {
+    let mut add = |r: Record| -> Result<()> {
+        report.add(match target_kpps {
+            Some(t) => r.param("offered_target_kpps", t),
+            None => r,
+        })
+    };
+    let find = |n: &str| got.iter().find(|(c, _)| *c == n).map(|(_, o)| o);
+    let send_cost = find("sender_only").map(|o| o.machine_ns);
+    let kernel = find("kernel_forward");
+    for (c, o) in got {
+        let net = send_cost.map(|s| (o.machine_ns - s).max(0.0));
+        match *c {
+            "sender_only" => {
+                add(Record::lower(
+                    format!("{prefix}sender_only_cpu_per_frame"),
+                    o.machine_ns,
+                    "ns",
+                )
+                .param("offered_kpps", o.offered_pps / 1e3))?;
+            }
+            _ => {
+                let mut r = Record::higher(format!("{prefix}{c}"), o.pps / 1e3, "kpps")
+                    .param("offered_kpps", o.offered_pps / 1e3);
+                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
+                    r = r.peer(format!("{prefix}kernel_forward"), k.pps / 1e3);
+                }
+                add(r)?;
+                let mut r = Record::lower(
+                    format!("{prefix}{c}_machine_cpu_per_frame"),
+                    o.machine_ns,
+                    "ns",
+                );
+                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
+                    r = r.peer(format!("{prefix}kernel_forward"), k.machine_ns);
+                }
+                add(r)?;
+                if let Some(n) = net {
+                    let mut r =
+                        Record::lower(format!("{prefix}{c}_forwarding_cpu_per_frame"), n, "ns")
+                            .param("method", "machine CPU minus sender_only");
+                    if let (Some(k), Some(s)) =
+                        (kernel.filter(|_| *c != "kernel_forward"), send_cost)
+                    {
+                        r = r.peer(
+                            format!("{prefix}kernel_forward"),
+                            (k.machine_ns - s).max(0.0),
+                        );
+                    }
+                    add(r)?;
+                }
+                if let Some(ns) = o.forwarder_ns {
+                    add(
+                        Record::lower(format!("{prefix}{c}_thread_cpu_per_frame"), ns, "ns")
+                            .param("method", "forwarding thread's run time (schedstat)"),
+                    )?;
+                }
+                // The balancer against the no-lookup forwarder on the same driver: what its work
+                // costs on top of the ports'.
+                if let Some(f) = find(&format!("forwarder_{c}")) {
+                    add(
+                        Record::higher(format!("{prefix}{c}_vs_forwarder"), o.pps / 1e3, "kpps")
+                            .param("offered_kpps", o.offered_pps / 1e3)
+                            .peer(format!("{prefix}forwarder_{c}"), f.pps / 1e3),
+                    )?;
+                    if let (Some(n), Some(s)) = (net, send_cost) {
+                        add(Record::lower(
+                            format!("{prefix}{c}_forwarding_cpu_vs_forwarder"),
+                            n,
+                            "ns",
+                        )
+                        .param("method", "machine CPU minus sender_only")
+                        .peer(
+                            format!("{prefix}forwarder_{c}"),
+                            (f.machine_ns - s).max(0.0),
+                        ))?;
+                    }
+                }
+                // Scaling: two workers, one per queue, against one worker serving both queues.
+                if let Some(one) = c.strip_suffix("_2w").and_then(|p| find(&format!("{p}_1w"))) {
+                    add(
+                        Record::higher(format!("{prefix}{c}_vs_1w"), o.pps / 1e3, "kpps")
+                            .param("offered_kpps", o.offered_pps / 1e3)
+                            .peer(
+                                format!("{prefix}{}", c.replace("_2w", "_1w")),
+                                one.pps / 1e3,
+                            ),
+                    )?;
+                    add(Record::lower(
+                        format!("{prefix}{c}_machine_cpu_vs_1w"),
+                        o.machine_ns,
+                        "ns",
+                    )
+                    .peer(
+                        format!("{prefix}{}", c.replace("_2w", "_1w")),
+                        one.machine_ns,
+                    ))?;
+                }
+                if let Some((user, sys)) = o.balancer_ns {
+                    add(Record::lower(
+                        format!("{prefix}{c}_balancer_process_cpu_per_frame"),
+                        user + sys,
+                        "ns",
+                    )
+                    .param("user_ns", user.round())
+                    .param("system_ns", sys.round()))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn run(a: LiveArgs) -> Result<()> {
@@ -470,90 +608,29 @@ pub fn run(a: LiveArgs) -> Result<()> {
             b = Some((queues, bed(queues)?));
         }
         let (_, bed) = b.as_ref().expect("made above");
-        got.push((c, measure(bed, c, secs)?));
+        got.push((c, measure(bed, c, secs, None)?));
     }
     drop(b);
-    let find = |n: &str| got.iter().find(|(c, _)| *c == n).map(|(_, o)| o);
-    let send_cost = find("sender_only").map(|o| o.machine_ns);
-    let kernel = find("kernel_forward");
-    for (c, o) in &got {
-        let net = send_cost.map(|s| (o.machine_ns - s).max(0.0));
-        match *c {
-            "sender_only" => {
-                report.add(
-                    Record::lower("sender_only_cpu_per_frame", o.machine_ns, "ns")
-                        .param("offered_kpps", o.offered_pps / 1e3),
-                )?;
-            }
-            _ => {
-                let mut r = Record::higher(*c, o.pps / 1e3, "kpps")
-                    .param("offered_kpps", o.offered_pps / 1e3);
-                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
-                    r = r.peer("kernel_forward", k.pps / 1e3);
-                }
-                report.add(r)?;
-                let mut r = Record::lower(format!("{c}_machine_cpu_per_frame"), o.machine_ns, "ns");
-                if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
-                    r = r.peer("kernel_forward", k.machine_ns);
-                }
-                report.add(r)?;
-                if let Some(n) = net {
-                    let mut r = Record::lower(format!("{c}_forwarding_cpu_per_frame"), n, "ns")
-                        .param("method", "machine CPU minus sender_only");
-                    if let (Some(k), Some(s)) =
-                        (kernel.filter(|_| *c != "kernel_forward"), send_cost)
-                    {
-                        r = r.peer("kernel_forward", (k.machine_ns - s).max(0.0));
-                    }
-                    report.add(r)?;
-                }
-                if let Some(ns) = o.forwarder_ns {
-                    report.add(
-                        Record::lower(format!("{c}_thread_cpu_per_frame"), ns, "ns")
-                            .param("method", "forwarding thread's run time (schedstat)"),
-                    )?;
-                }
-                // The balancer against the no-lookup forwarder on the same driver: what its work
-                // costs on top of the ports'.
-                if let Some(f) = find(&format!("forwarder_{c}")) {
-                    report.add(
-                        Record::higher(format!("{c}_vs_forwarder"), o.pps / 1e3, "kpps")
-                            .param("offered_kpps", o.offered_pps / 1e3)
-                            .peer(format!("forwarder_{c}"), f.pps / 1e3),
-                    )?;
-                    if let (Some(n), Some(s)) = (net, send_cost) {
-                        report.add(
-                            Record::lower(format!("{c}_forwarding_cpu_vs_forwarder"), n, "ns")
-                                .param("method", "machine CPU minus sender_only")
-                                .peer(format!("forwarder_{c}"), (f.machine_ns - s).max(0.0)),
-                        )?;
-                    }
-                }
-                // Scaling: two workers, one per queue, against one worker serving both queues.
-                if let Some(one) = c.strip_suffix("_2w").and_then(|p| find(&format!("{p}_1w"))) {
-                    report.add(
-                        Record::higher(format!("{c}_vs_1w"), o.pps / 1e3, "kpps")
-                            .param("offered_kpps", o.offered_pps / 1e3)
-                            .peer(c.replace("_2w", "_1w"), one.pps / 1e3),
-                    )?;
-                    report.add(
-                        Record::lower(format!("{c}_machine_cpu_vs_1w"), o.machine_ns, "ns")
-                            .peer(c.replace("_2w", "_1w"), one.machine_ns),
-                    )?;
-                }
-                if let Some((user, sys)) = o.balancer_ns {
-                    report.add(
-                        Record::lower(
-                            format!("{c}_balancer_process_cpu_per_frame"),
-                            user + sys,
-                            "ns",
-                        )
-                        .param("user_ns", user.round())
-                        .param("system_ns", sys.round()),
-                    )?;
-                }
-            }
+    add_records(&mut report, &got, "", None)?;
+    // The same cases at a paced load every path keeps up with, so CPU per frame is compared at
+    // equal offered load (the two-queue cases are left out: they scale the unpaced load).
+    if let Some(t) = Some(a.throttle).filter(|&t| t > 0.0) {
+        report.note(&format!(
+            "throttled pass: the sender paced to {t} kpps, cases {}",
+            cases
+                .iter()
+                .filter(|c| queues_workers(c).0 == 1)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let b = bed(1)?;
+        let mut paced: Vec<(&str, Outcome)> = Vec::new();
+        for c in cases.iter().filter(|c| queues_workers(c).0 == 1) {
+            paced.push((c, measure(&b, c, secs, Some(t * 1e3))?));
         }
+        drop(b);
+        add_records(&mut report, &paced, "throttled_", Some(t))?;
     }
     report.finish()
 }

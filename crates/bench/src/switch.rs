@@ -490,7 +490,9 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
 /// reaching the receiver (its `rx_packets`), `live_forward_max`. Then every case at the same
 /// fixed offered load ([`FIXED_KPPS`], below what each forwards without loss), for the CPU per
 /// frame: the data path's CPU time — this process (the sender thread), the switch process and
-/// the ksoftirqd threads (`/proc/PID/stat`), leaving out other jobs on this shared machine (the
+/// the ksoftirqd threads (their threads' run time, `schedstat`: exact, where the tick-sampled
+/// `/proc/PID/stat` misses work done in short bursts at a paced load), leaving out other jobs on
+/// this shared machine (the
 /// whole machine's busy time per frame is a parameter, `machine_ns`) — per delivered frame; that
 /// minus the `sender_only` cost per offered frame (the forwarding cost); and the switch process's
 /// own CPU time per frame.
@@ -498,6 +500,7 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
 /// forwards inside the sender's softirq, while the switch takes frames over on its own core.
 mod live {
     use super::{Record, Report, FRAME};
+    use crate::env::cpu::{process_run_ns, Machine};
     use anyhow::{bail, Context, Result};
     use fp_cuckoo::{CompactReader, PagePolicy};
     use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
@@ -521,23 +524,6 @@ mod live {
     /// The fixed offered load of the CPU-per-frame pass (kpps): below what every case forwards
     /// without drops on this machine.
     const FIXED_KPPS: f64 = 100.0;
-    /// USER_HZ: Linux reports CPU times in /proc in 1/100 s on every architecture.
-    const TICK_NS: u64 = 10_000_000;
-
-    /// (busy time of all CPUs — all but idle and iowait —, time in interrupts and softirqs), ns.
-    fn machine_ns() -> Result<(u64, u64)> {
-        let text = std::fs::read_to_string("/proc/stat")?;
-        let cpu = text.lines().next().context("/proc/stat is empty")?;
-        let v: Vec<u64> = cpu
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        let at = |i: usize| v.get(i).copied().unwrap_or(0);
-        let busy = v.iter().sum::<u64>() - at(3) - at(4);
-        Ok((busy * TICK_NS, (at(5) + at(6)) * TICK_NS))
-    }
 
     /// The per-CPU softirq threads: softirq work deferred there is part of the data path's CPU.
     fn ksoftirqd_pids() -> Vec<String> {
@@ -554,21 +540,6 @@ mod live {
             }
         }
         v
-    }
-
-    /// utime + stime of a process (`self` for this one), ns.
-    fn process_cpu_ns(pid: &str) -> u64 {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return 0;
-        };
-        let Some(rest) = text.rfind(')').map(|i| &text[i + 2..]) else {
-            return 0;
-        };
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) * TICK_NS
     }
 
     struct Bed {
@@ -700,9 +671,9 @@ mod live {
         })?)
     }
 
-    /// (time, receiver rx_packets, offered, (machine busy, irq+softirq) ns, switch process ns,
+    /// (time, receiver rx_packets, offered, the machine's idle time, switch process ns,
     /// sender + ksoftirqd ns)
-    type Sample = (Instant, u64, u64, (u64, u64), u64, u64);
+    type Sample = (Instant, u64, u64, Machine, u64, u64);
 
     struct Outcome {
         pps: f64,
@@ -710,10 +681,10 @@ mod live {
         /// Whole machine busy time per frame (includes other users of this shared machine).
         machine_ns: f64,
         /// This process (the sender) + the switch process + the ksoftirqd threads, per frame: the
-        /// CPU the data path used, without unrelated jobs. (This kernel accounts CPU time by
-        /// ticks without IRQ time accounting: softirq work — the veth receive paths, the bridge —
-        /// is charged to the task it interrupted, which is the sender or the switch when they
-        /// raised it, or to ksoftirqd when deferred.)
+        /// CPU the data path used, without unrelated jobs. (This kernel has no IRQ time
+        /// accounting: softirq work — the veth receive paths, the bridge — runs in and is charged
+        /// to the task it interrupted, which is the sender or the switch when they raised it, or
+        /// to ksoftirqd when deferred.)
         attributed_ns: f64,
         switch_ns: Option<f64>,
     }
@@ -762,10 +733,10 @@ mod live {
                 Instant::now(),
                 b.rcv_link.stats()?.rx_packets,
                 offered.load(Ordering::Relaxed),
-                machine_ns()?,
+                Machine::now()?,
                 proc.as_ref()
-                    .map_or(0, |p| process_cpu_ns(&p.pid().to_string())),
-                process_cpu_ns("self") + softirqd.iter().map(|p| process_cpu_ns(p)).sum::<u64>(),
+                    .map_or(0, |p| process_run_ns(&p.pid().to_string())),
+                process_run_ns("self") + softirqd.iter().map(|p| process_run_ns(p)).sum::<u64>(),
             ))
         };
         let (a, z) = window(secs, &stop, sender, sample)?;
@@ -797,7 +768,7 @@ mod live {
         Ok(Outcome {
             pps: delivered as f64 / dt,
             offered_pps: offered_n as f64 / dt,
-            machine_ns: (z.3 .0 - a.3 .0) as f64 / per as f64,
+            machine_ns: a.3.busy_until(&z.3) as f64 / per as f64,
             attributed_ns: ((z.4 - a.4) + (z.5 - a.5)) as f64 / per as f64,
             switch_ns: proc.as_ref().map(|_| (z.4 - a.4) as f64 / per as f64),
         })
