@@ -153,11 +153,35 @@ def t_live(runs):
                 ratio(vs[0].get("ratio")) if vs else "—",
             ]
         )
-    return table(
+    main = table(
         ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "own thread(s): user + system", "of the forwarder (kpps; 2 workers: of 1 worker)"],
         rows,
         ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
-    ) + "\n\n" + source(r)
+    )
+    paced = []
+    for case, label in (
+        ("kernel_forward", "kernel forwarding"),
+        ("forwarder_af_packet", "no-lookup forwarder, AF_PACKET"),
+        ("af_packet", "balancer, AF_PACKET"),
+        ("forwarder_af_xdp", "no-lookup forwarder, AF_XDP"),
+        ("af_xdp", "balancer, AF_XDP"),
+    ):
+        d = r.find(f"throttled_{case}")
+        c = r.find(f"throttled_{case}_forwarding_cpu_per_frame")
+        if not d or not c:
+            continue
+        paced.append([label, num(d[0]["params"]["offered_kpps"]), num(d[0]["value"]), ratio(d[0].get("ratio")) if case != "kernel_forward" else "1", f"{num(c[0]['value'])} ns", ratio(c[0].get("ratio")) if case != "kernel_forward" else "1"])
+    if paced:
+        s = r.find("throttled_sender_only_cpu_per_frame")
+        main += (
+            "\n\nThe same cases with the sender paced to "
+            + num(r.find("throttled_kernel_forward")[0]["params"]["offered_target_kpps"])
+            + " kpps, a load every path keeps up with (CPU per frame at equal offered load"
+            + (f"; the paced sender alone costs {num(s[0]['value'])} ns per frame" if s else "")
+            + "):\n\n"
+            + table(["case", "offered kpps", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio"], paced, ["---", "---:", "---:", "---:", "---:", "---:"])
+        )
+    return main + "\n\n" + source(r)
 
 
 def t_switch_memory(runs):
