@@ -44,15 +44,21 @@ fn setup(w: &fp_cuckoo::CompactWriter) -> Setup {
     }
 }
 
+/// The table with `moved` (value 41) and the others (value 7) in place, before the insert of `new`.
+fn loaded() -> (fp_cuckoo::CompactWriter, fp_cuckoo::CompactReader, Setup) {
+    let (mut w, r) = CompactMap::new(&cfg()).unwrap();
+    let s = setup(&w);
+    w.insert(s.moved, 41).unwrap();
+    for &k in &s.others {
+        w.insert(k, 7).unwrap();
+    }
+    (w, r, s)
+}
+
 #[test]
 fn reader_never_misses_a_key_being_displaced() {
     loom::model(|| {
-        let (mut w, r) = CompactMap::new(&cfg()).unwrap();
-        let s = setup(&w);
-        w.insert(s.moved, 41).unwrap();
-        for &k in &s.others {
-            w.insert(k, 7).unwrap();
-        }
+        let (mut w, r, s) = loaded();
         let reader = loom::thread::spawn({
             let r = r.clone();
             let moved = s.moved;
@@ -69,12 +75,7 @@ fn reader_never_misses_a_key_being_displaced() {
 #[test]
 fn batched_reader_never_misses_a_key_being_displaced() {
     loom::model(|| {
-        let (mut w, r) = CompactMap::new(&cfg()).unwrap();
-        let s = setup(&w);
-        w.insert(s.moved, 41).unwrap();
-        for &k in &s.others {
-            w.insert(k, 7).unwrap();
-        }
+        let (mut w, r, s) = loaded();
         let reader = loom::thread::spawn({
             let r = r.clone();
             let keys = [s.moved, s.others[0]];
@@ -94,12 +95,7 @@ fn batched_reader_never_misses_a_key_being_displaced() {
 #[test]
 fn pipelined_batch_never_misses_a_key_being_displaced() {
     loom::model(|| {
-        let (mut w, r) = CompactMap::new(&cfg()).unwrap();
-        let s = setup(&w);
-        w.insert(s.moved, 41).unwrap();
-        for &k in &s.others {
-            w.insert(k, 7).unwrap();
-        }
+        let (mut w, r, s) = loaded();
         let reader = loom::thread::spawn({
             let r = r.clone();
             let keys = [s.others[0], s.others[3], s.moved];

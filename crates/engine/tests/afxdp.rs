@@ -380,6 +380,23 @@ fn rx_vip_frames_reach_the_port_generic() {
     rx_reaches_port(ModeChoice::Generic);
 }
 
+/// A UDP frame from A (a VIP) to B with destination port `dport` and `payload` bytes, appended
+/// to `b` in a buffer from `pool`; returns its bytes.
+fn push_frame_from_a(
+    pool: &mut Pool,
+    b: &mut Vec<fp_pipeline::packet::Packet>,
+    dport: u16,
+    payload: usize,
+) -> Vec<u8> {
+    let mut f = craft::udp(&Endpoints::new(VIP4, 80, "192.0.2.9", dport), payload);
+    f[..6].copy_from_slice(&MAC_B);
+    f[6..12].copy_from_slice(&MAC_A);
+    let mut p = pool.get().unwrap();
+    assert!(p.fill(&f));
+    b.push(p);
+    f
+}
+
 fn tx_reaches_peer(mode: ModeChoice) {
     let net = Net::new(1);
     let mut port = open(&net, 0, &cfg(mode));
@@ -391,16 +408,12 @@ fn tx_reaches_peer(mode: ModeChoice) {
         let mut b = burst();
         for i in 0..32u16 {
             let n = round * 32 + i;
-            let mut f = craft::udp(
-                &Endpoints::new(VIP4, 80, "192.0.2.9", 2000 + n),
+            want.push(push_frame_from_a(
+                &mut pool,
+                &mut b,
+                2000 + n,
                 22 + (n as usize * 97) % 1450,
-            );
-            f[..6].copy_from_slice(&MAC_B);
-            f[6..12].copy_from_slice(&MAC_A);
-            let mut p = pool.get().unwrap();
-            assert!(p.fill(&f));
-            b.push(p);
-            want.push(f);
+            ));
         }
         assert_eq!(port.tx_burst(&mut b, &mut pool), 32);
         assert!(b.is_empty());
@@ -631,16 +644,12 @@ fn one_worker_serves_every_queue() {
     let mut want = Vec::new();
     for round in 0..6u16 {
         for i in 0..16u16 {
-            let mut f = craft::udp(
-                &Endpoints::new(VIP4, 80, "192.0.2.9", 3000 + round * 16 + i),
+            want.push(push_frame_from_a(
+                &mut pool,
+                &mut b,
+                3000 + round * 16 + i,
                 40,
-            );
-            f[..6].copy_from_slice(&MAC_B);
-            f[6..12].copy_from_slice(&MAC_A);
-            let mut p = pool.get().unwrap();
-            assert!(p.fill(&f));
-            b.push(p);
-            want.push(f);
+            ));
         }
         assert_eq!(group.tx_burst(&mut b, &mut pool), 16);
     }
