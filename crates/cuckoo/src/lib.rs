@@ -26,6 +26,9 @@
 //! * **In-place updates**: inserts, updates and deletes change the one and only copy of the table
 //!   (no RCU, no second copy); an insert that needs room moves entries along a cuckoo path found by
 //!   breadth-first search, from the end backwards, so a present key is never missing to a reader.
+//! * **Where entries sit**: [`Writer::placement`] counts the entries in their first and in their
+//!   second bucket; `1 +` the second share is the buckets (for the compact layout: cache lines) a
+//!   successful lookup reads — about 1.29 at 95 % load, where §3.4 estimates 1.5.
 //!
 //! Two layouts, one algorithm:
 //!
