@@ -2,8 +2,9 @@
 # flowplane's whole test suite, exactly as CI runs it (.ci/run calls this script).
 #   formatting, clippy (warnings are errors), unit + property + stress tests of every crate,
 #   the loom model checks of the concurrency protocols, the end-to-end tests, the fuzz targets,
-#   the Debian package (built, installed, run, removed), and two documentation checks: README and
-#   docs speak of the product only, and every published benchmark figure is a stored result.
+#   the Debian package (built, installed, run, removed), the API docs (built, warnings are
+#   errors), and two documentation checks: README and docs speak of the product only, and every
+#   published benchmark figure is a stored result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,10 @@ python3 scripts/results.py --check
 
 step "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "api docs"
+# Every crate's documentation builds without warnings (broken or ambiguous links).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 step "tests"
 cargo test --workspace --locked

@@ -14,7 +14,7 @@
 //! (ns, bytes), so a ratio above 1 always means flowplane wins. `--quick` runs a reduced version that
 //! finishes within a minute on 2 cores; `--plots DIR` writes PNG plots.
 //!
-//! Every `--json` file starts with a provenance line (commit, command, date, machine; [`env`]),
+//! Every `--json` file starts with a provenance line (commit, command, date, machine; [`mod@env`]),
 //! and every peer allocates on the same kind of pages as flowplane's tables: the binary's global
 //! allocator puts large blocks on transparent huge pages ([`heap`]), and records carry the pages
 //! both sides got (`pages`, `peer_pages`).

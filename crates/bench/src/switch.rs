@@ -488,7 +488,7 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
 ///
 /// Two passes. First every forwarding case with the sender unthrottled: frames per second
 /// reaching the receiver (its `rx_packets`), `live_forward_max`. Then every case at the same
-/// fixed offered load ([`FIXED_KPPS`], below what each forwards without loss), for the CPU per
+/// fixed offered load (`FIXED_KPPS`, below what each forwards without loss), for the CPU per
 /// frame: the data path's CPU time — this process (the sender thread), the switch process and
 /// the ksoftirqd threads (their threads' run time, `schedstat`: exact, where the tick-sampled
 /// `/proc/PID/stat` misses work done in short bursts at a paced load), leaving out other jobs on

@@ -13,7 +13,7 @@
 //! hash partitioning (the entry lives on the key's hash-home node: two hops). Keys are MAC
 //! addresses as 48-bit integers (`MacAddr::to_u64`), the tables' key type.
 //!
-//! The node logic sees ports only through the engine's `Port`: [`fabric`] links the nodes of an
+//! The node logic sees ports only through the engine's `Port`: [`mod@fabric`] links the nodes of an
 //! in-process [`Cluster`] with lock-free rings of frame bytes, and [`GenPort`] replays test
 //! traffic; [`live`] puts a node's external and interconnect
 //! ports on Linux interfaces through the engine's port drivers, each node in its own network
@@ -345,7 +345,7 @@ pub struct Cluster<P> {
     pub nodes: Vec<Core<NodeStage, NodePort<P>>>,
 }
 
-/// Build a cluster of `cfg.nodes` nodes over an in-memory [`fabric`], with `ports[i]` as node
+/// Build a cluster of `cfg.nodes` nodes over an in-memory [`fabric()`](fabric::fabric), with `ports[i]` as node
 /// `i`'s external ports (`cfg.ports` of them), holding `entries` (key, owner, port). Returns the
 /// cluster and its control plane.
 pub fn build<P: Port>(
@@ -357,7 +357,7 @@ pub fn build<P: Port>(
     Ok((assemble(cfg, tables, ports)?, control))
 }
 
-/// A cluster of `cfg.nodes` nodes over an in-memory [`fabric`] reading `tables[i]` (from
+/// A cluster of `cfg.nodes` nodes over an in-memory [`fabric()`](fabric::fabric) reading `tables[i]` (from
 /// [`build_tables`], or each node's own [`Member`]), with `ports[i]` as node `i`'s external ports.
 pub fn assemble<P: Port>(
     cfg: &ClusterConfig,

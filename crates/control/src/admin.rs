@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 /// threads, possibly concurrently: implementations synchronise themselves (a reload typically
 /// takes the control loop's lock or sends it a message and waits for the answer).
 pub trait AdminHandler: Send + Sync {
-    /// The Prometheus text (see [`crate::metrics::render`]).
+    /// The Prometheus text (built with [`crate::metrics::Exposition`]).
     fn metrics(&self) -> String;
     /// Re-read and apply the configuration: the new generation, or the validation error naming
     /// the field (the running configuration stays).

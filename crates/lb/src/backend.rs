@@ -78,7 +78,7 @@ pub struct BackendArgs {
     /// Print what would change without changing anything.
     #[arg(long)]
     pub dry_run: bool,
-    /// State file (default: /run/flowplane/backend-<network namespace cookie>.json).
+    /// State file (default: /run/flowplane/backend-{network namespace cookie}.json).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
 }
