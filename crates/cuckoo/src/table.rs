@@ -800,8 +800,6 @@ impl<L: Layout> RawTable<L> {
         None
     }
 
-    /// Visit the entries of buckets `start..start + count` (wrapping), removing those for which `f`
-    /// returns false. Returns the next bucket to continue from. Writer side: used for expiry and aging.
     /// Entries stored in their first candidate bucket and in their second: a scan of every slot
     /// (the writer reads its own table). A positive lookup reads the second bucket only for the
     /// latter, so `1 + second / (first + second)` is the buckets a uniform positive lookup reads.
@@ -825,6 +823,8 @@ impl<L: Layout> RawTable<L> {
         (first, second)
     }
 
+    /// Visit the entries of buckets `start..start + count` (wrapping), removing those for which `f`
+    /// returns false. Returns the next bucket to continue from. Writer side: used for expiry and aging.
     pub(crate) fn retain_range(
         &self,
         start: usize,
