@@ -153,6 +153,10 @@ def t_live(runs):
                 ratio(vs[0].get("ratio")) if vs else "—",
             ]
         )
+    x = r.find("forwarder_xdp")
+    if x:
+        xc = r.one("forwarder_xdp_forwarding_cpu_per_frame")
+        rows.append(["no-lookup forwarder in XDP (native, XDP_TX)", num(x[0]["value"]), ratio(x[0].get("ratio")), f"{num(xc['value'])} ns", ratio(xc.get("ratio")), "—", "—"])
     main = table(
         ["case", "delivered kpps", "ratio", "forwarding CPU/frame (machine − sender)", "ratio", "own thread(s): user + system", "of the forwarder (kpps; 2 workers: of 1 worker)"],
         rows,
@@ -165,6 +169,7 @@ def t_live(runs):
         ("af_packet", "balancer, AF_PACKET"),
         ("forwarder_af_xdp", "no-lookup forwarder, AF_XDP"),
         ("af_xdp", "balancer, AF_XDP"),
+        ("forwarder_xdp", "no-lookup forwarder in XDP"),
     ):
         d = r.find(f"throttled_{case}")
         c = r.find(f"throttled_{case}_forwarding_cpu_per_frame")

@@ -21,6 +21,10 @@
 //!   the burst back to the port — receive, rewrite, transmit: what the ports can do, the bound the
 //!   balancer's work sits on (CuckooSwitch's Table 2 "raw packet I/O"). Its CPU figure is the
 //!   forwarding thread's own run time (`/proc/self/task/TID/schedstat`).
+//! * `forwarder_xdp` — the same no-lookup forwarding done by an XDP program on the balancer's
+//!   veth (native mode, `XDP_TX`: no socket, no user space): what a path that never leaves the
+//!   driver's receive costs on veth. The sender's veth gets an `XDP_PASS` program for the run,
+//!   because a veth receives `XDP_TX` frames only in the NAPI context an XDP program gives it.
 //!
 //! Reported per case: frames per second delivered back to the sender namespace (the balancer's
 //! veth `tx_packets`), the whole machine's CPU time per delivered frame (both cores' wall time
@@ -55,7 +59,7 @@ pub struct LiveArgs {
     #[arg(long)]
     pub secs: Option<f64>,
     /// Cases to run (default: all): sender_only, kernel_forward, forwarder_af_packet, af_packet,
-    /// forwarder_af_xdp, af_xdp, af_xdp_2q_1w, af_xdp_2q_2w.
+    /// forwarder_af_xdp, af_xdp, forwarder_xdp, af_xdp_2q_1w, af_xdp_2q_2w.
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
     /// After the unpaced pass, run the single-queue cases again with the sender paced to this
@@ -324,6 +328,78 @@ fn start_forwarder(
     Ok((running, tid, opened.control))
 }
 
+/// The no-lookup forwarder inside XDP: an IPv4 frame to `vip` gets `dst` as destination MAC and
+/// `src` as source and goes back out of the interface it came in on (`XDP_TX`) before the kernel
+/// builds a socket buffer for it; anything else (other addresses, other protocols, frames shorter
+/// than the IPv4 header) is passed to the kernel unchanged.
+fn xdp_forwarder_program(
+    vip: [u8; 4],
+    dst: [u8; 6],
+    src: [u8; 6],
+) -> Result<Vec<fp_ebpf::asm::Insn>> {
+    use fp_ebpf::asm::{Asm, Cond, Size, R0, R1, R2, R3, R4, R5};
+    use fp_ebpf::helper::xdp;
+    // Packet bytes are stored and compared as the little-endian words they form in memory.
+    let word = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let half = |b: &[u8]| i32::from(u16::from_le_bytes([b[0], b[1]]));
+    let mut a = Asm::new();
+    let pass = a.label();
+    a.load(Size::W, R2, R1, 0); // data
+    a.load(Size::W, R3, R1, 4); // data_end
+    a.mov64(R4, R2);
+    a.add64(R4, 34); // Ethernet + IPv4 header
+    a.jmp(Cond::Gt, R4, R3, pass);
+    a.load(Size::H, R5, R2, 12);
+    a.jmp(Cond::Ne, R5, half(&[0x08, 0x00]), pass);
+    a.load(Size::W, R5, R2, 30);
+    a.jmp32(Cond::Ne, R5, word(&vip), pass);
+    a.store_imm(Size::W, R2, 0, word(&dst[0..4]));
+    a.store_imm(Size::H, R2, 4, half(&dst[4..6]));
+    a.store_imm(Size::H, R2, 6, half(&src[0..2]));
+    a.store_imm(Size::W, R2, 8, word(&src[2..6]));
+    a.mov64(R0, xdp::TX);
+    a.exit();
+    a.bind(pass);
+    a.mov64(R0, xdp::PASS);
+    a.exit();
+    Ok(a.finish()?)
+}
+
+/// The XDP forwarder attached (native mode) to the balancer's interface, and a program that
+/// passes every frame attached to the sender's end of the veth: a veth receives frames sent by
+/// `XDP_TX` only in the NAPI context an XDP program gives it (without one the kernel drops them
+/// as `xdp_tx_errors`). Both are detached on drop.
+struct XdpForwarder {
+    _progs: [fp_ebpf::Program; 2],
+    _links: [fp_ebpf::XdpLink; 2],
+}
+
+fn start_xdp_forwarder(b: &Bed) -> Result<XdpForwarder> {
+    use fp_ebpf::{ifindex, ProgType, Program, XdpLink, XdpMode};
+    let insns = xdp_forwarder_program(
+        VIP.parse::<Ipv4Addr>().expect("literal").octets(),
+        b.sender_mac,
+        b.balancer_mac,
+    )?;
+    let (fwd, fwd_link) = b.balancer.enter(move || -> Result<_> {
+        let prog = Program::load(ProgType::Xdp, "fp_xdp_forward", &insns)?;
+        let link = XdpLink::attach(&prog, ifindex("eth0")?, XdpMode::Native)?;
+        Ok((prog, link))
+    })??;
+    let (pass, pass_link) = b.sender.enter(move || -> Result<_> {
+        let mut a = fp_ebpf::asm::Asm::new();
+        a.mov64(fp_ebpf::asm::R0, fp_ebpf::helper::xdp::PASS);
+        a.exit();
+        let prog = Program::load(ProgType::Xdp, "fp_xdp_pass", &a.finish()?)?;
+        let link = XdpLink::attach(&prog, ifindex("eth0")?, XdpMode::Native)?;
+        Ok((prog, link))
+    })??;
+    Ok(XdpForwarder {
+        _progs: [fwd, pass],
+        _links: [fwd_link, pass_link],
+    })
+}
+
 fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome> {
     let forward = if case == "kernel_forward" { "1" } else { "0" };
     b.balancer.sysctl("net.ipv4.ip_forward", forward)?;
@@ -363,12 +439,21 @@ fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome>
             p.wait_log("flowplane: ready", Duration::from_secs(10))?;
             Some(p)
         }
-        "sender_only" | "kernel_forward" | "forwarder_af_packet" | "forwarder_af_xdp" => None,
+        "sender_only"
+        | "kernel_forward"
+        | "forwarder_af_packet"
+        | "forwarder_af_xdp"
+        | "forwarder_xdp" => None,
         other => bail!("--cases: unknown case {other:?}"),
     };
-    let fwd = match case.strip_prefix("forwarder_") {
+    let fwd = match case.strip_prefix("forwarder_").filter(|d| *d != "xdp") {
         Some(driver) => Some(start_forwarder(b, driver)?),
         None => None,
+    };
+    let xdp = if case == "forwarder_xdp" {
+        Some(start_xdp_forwarder(b)?)
+    } else {
+        None
     };
     let stop = Arc::new(AtomicBool::new(false));
     let offered = Arc::new(AtomicU64::new(0));
@@ -402,6 +487,7 @@ fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome>
         running.stop()?;
         drop(control);
     }
+    drop(xdp);
     if let Some(p) = &proc {
         let log = p.log();
         p.stop(Duration::from_secs(5));
@@ -439,8 +525,7 @@ fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome>
             };
             (run * share, run * (1.0 - share))
         }),
-        forwarder_ns: case
-            .starts_with("forwarder_")
+        forwarder_ns: (case.starts_with("forwarder_") && case != "forwarder_xdp")
             .then(|| (z.forwarder_ns - a.forwarder_ns) as f64 / per as f64),
         offered_pps: offered_n as f64 / dt,
     })
@@ -477,6 +562,13 @@ fn add_records(
             _ => {
                 let mut r = Record::higher(format!("{prefix}{c}"), o.pps / 1e3, "kpps")
                     .param("offered_kpps", o.offered_pps / 1e3);
+                if *c == "forwarder_xdp" {
+                    r = r.param(
+                        "path",
+                        "XDP program in native mode, XDP_TX; an XDP_PASS program on the \
+                         sender's veth (a veth receives XDP_TX frames only with one)",
+                    );
+                }
                 if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
                     r = r.peer(format!("{prefix}kernel_forward"), k.pps / 1e3);
                 }
@@ -578,6 +670,7 @@ pub fn run(a: LiveArgs) -> Result<()> {
         "af_packet",
         "forwarder_af_xdp",
         "af_xdp",
+        "forwarder_xdp",
         "af_xdp_2q_1w",
         "af_xdp_2q_2w",
     ];
@@ -633,4 +726,48 @@ pub fn run(a: LiveArgs) -> Result<()> {
         add_records(&mut report, &paced, "throttled_", Some(t))?;
     }
     report.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The XDP forwarder in the kernel (`BPF_PROG_TEST_RUN`; needs root): frames to the VIP come
+    /// back with the new Ethernet addresses and `XDP_TX`, everything else passes unchanged.
+    #[test]
+    fn xdp_forwarder_rewrites_vip_frames_and_passes_the_rest() {
+        let (dst, src) = ([2, 0, 0, 0, 0, 0xd1], [2, 0, 0, 0, 0, 0x51]);
+        let vip = [203, 0, 113, 77];
+        let insns = xdp_forwarder_program(vip, dst, src).unwrap();
+        let prog = fp_ebpf::Program::load(fp_ebpf::ProgType::Xdp, "fp_xdp_fwd_test", &insns)
+            .expect("loading an XDP program needs root");
+        let udp = |to: [u8; 4]| {
+            let e = Endpoints {
+                src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+                sport: 10_000,
+                dst: IpAddr::V4(Ipv4Addr::from(to)),
+                dport: 5000,
+            };
+            let mut f = vec![0u8; 128];
+            let n = craft::udp_into(&e, 18, &mut f);
+            f.truncate(n);
+            f[0..12].copy_from_slice(&[0xee; 12]);
+            f
+        };
+        let (action, out) = prog.test_run(&udp(vip)).unwrap();
+        assert_eq!(action, fp_ebpf::helper::xdp::TX as u32);
+        let mut want = udp(vip);
+        want[0..6].copy_from_slice(&dst);
+        want[6..12].copy_from_slice(&src);
+        assert_eq!(out, want);
+        let mut arp = udp(vip);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut short = udp(vip);
+        short.truncate(33);
+        for f in [udp([203, 0, 113, 78]), udp([77, 113, 0, 203]), arp, short] {
+            let (action, out) = prog.test_run(&f).unwrap();
+            assert_eq!(action, fp_ebpf::helper::xdp::PASS as u32);
+            assert_eq!(out, f);
+        }
+    }
 }
