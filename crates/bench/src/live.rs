@@ -33,8 +33,11 @@
 //! process's own CPU time per frame (its threads' run time, split into user and system by the
 //! tick samples' ratio). Then, unless `--throttle 0`, the single-queue cases again with the
 //! sender paced to a load every path keeps up with (`throttled_*` records): CPU per frame at
-//! equal offered load. On veth the sender is usually the bottleneck (a veth transmit runs the receiver's stack
-//! in the sender's context), which is why the CPU per frame, not the rate, is the figure to read.
+//! equal offered load. Every case runs `--rounds` times (default 3), the cases alternating within
+//! each round, and each figure is the median of its rounds (the records carry the range of the
+//! delivered rate and of the machine CPU). On veth the sender is usually the bottleneck (a veth
+//! transmit runs the receiver's stack in the sender's context), which is why the CPU per frame,
+//! not the rate, is the figure to read.
 
 use super::{CommonOpts, Record, Report};
 use anyhow::{bail, Context, Result};
@@ -67,6 +70,10 @@ pub struct LiveArgs {
     /// 0 skips it.
     #[arg(long, default_value_t = 300.0)]
     pub throttle: f64,
+    /// Rounds: every case runs once per round, the cases alternating within each round, and each
+    /// figure is the median of its rounds (default 3; quick 1).
+    #[arg(long)]
+    pub rounds: Option<usize>,
 }
 
 const SENDER_IP: &str = "10.77.0.1";
@@ -238,6 +245,7 @@ backends = [{{ address = "{BACKEND_IP}" }}]
     )
 }
 
+#[derive(Clone, Debug)]
 struct Outcome {
     pps: f64,
     machine_ns: f64,
@@ -246,6 +254,47 @@ struct Outcome {
     /// The no-lookup forwarder's thread CPU per frame, ns.
     forwarder_ns: Option<f64>,
     offered_pps: f64,
+    /// Rounds behind the figures (each the median of its rounds), and the range of the delivered
+    /// rate and of the machine CPU per frame over them.
+    rounds: usize,
+    pps_range: (f64, f64),
+    machine_range: (f64, f64),
+}
+
+impl Outcome {
+    /// Each figure's median over the rounds of one case (the upper median for an even count).
+    fn median(rounds: &[Outcome]) -> Outcome {
+        let med = |f: &dyn Fn(&Outcome) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let range = |f: &dyn Fn(&Outcome) -> f64| {
+            let v = rounds.iter().map(f);
+            (
+                v.clone().fold(f64::INFINITY, f64::min),
+                v.fold(0.0, f64::max),
+            )
+        };
+        let first = &rounds[0];
+        Outcome {
+            pps: med(&|o| o.pps),
+            machine_ns: med(&|o| o.machine_ns),
+            balancer_ns: first.balancer_ns.map(|_| {
+                (
+                    med(&|o| o.balancer_ns.map_or(0.0, |b| b.0)),
+                    med(&|o| o.balancer_ns.map_or(0.0, |b| b.1)),
+                )
+            }),
+            forwarder_ns: first
+                .forwarder_ns
+                .map(|_| med(&|o| o.forwarder_ns.unwrap_or(0.0))),
+            offered_pps: med(&|o| o.offered_pps),
+            rounds: rounds.len(),
+            pps_range: range(&|o| o.pps),
+            machine_range: range(&|o| o.machine_ns),
+        }
+    }
 }
 
 /// The no-lookup forwarder: IPv4 frames to the VIP get the backend's MAC as destination and the
@@ -528,7 +577,39 @@ fn measure(b: &Bed, case: &str, secs: f64, rate: Option<f64>) -> Result<Outcome>
         forwarder_ns: (case.starts_with("forwarder_") && case != "forwarder_xdp")
             .then(|| (z.forwarder_ns - a.forwarder_ns) as f64 / per as f64),
         offered_pps: offered_n as f64 / dt,
+        rounds: 1,
+        pps_range: (0.0, 0.0),
+        machine_range: (0.0, 0.0),
     })
+}
+
+/// One pass over `cases`: `rounds` times each, the cases alternating within every round (a test
+/// bed per queue count, made when its first case of the round runs), each case's figures the
+/// median of its rounds.
+fn run_pass<'c>(
+    cases: &[&'c str],
+    secs: f64,
+    rate: Option<f64>,
+    rounds: usize,
+) -> Result<Vec<(&'c str, Outcome)>> {
+    let mut all: Vec<Vec<Outcome>> = vec![Vec::new(); cases.len()];
+    for _ in 0..rounds {
+        let mut b: Option<(u32, Bed)> = None;
+        for (c, out) in cases.iter().zip(all.iter_mut()) {
+            let (queues, _) = queues_workers(c);
+            if b.as_ref().map(|(q, _)| *q) != Some(queues) {
+                drop(b.take()); // the old bed's namespaces go first
+                b = Some((queues, bed(queues)?));
+            }
+            let (_, bed) = b.as_ref().expect("made above");
+            out.push(measure(bed, c, secs, rate)?);
+        }
+    }
+    Ok(cases
+        .iter()
+        .copied()
+        .zip(all.iter().map(|v| Outcome::median(v)))
+        .collect())
 }
 
 /// The records of one pass over the cases: names prefixed by `prefix`, each with the sender's
@@ -557,11 +638,17 @@ fn add_records(
                     o.machine_ns,
                     "ns",
                 )
-                .param("offered_kpps", o.offered_pps / 1e3))?;
+                .param("offered_kpps", o.offered_pps / 1e3)
+                .param("rounds", o.rounds)
+                .param("min_ns", o.machine_range.0.round())
+                .param("max_ns", o.machine_range.1.round()))?;
             }
             _ => {
                 let mut r = Record::higher(format!("{prefix}{c}"), o.pps / 1e3, "kpps")
-                    .param("offered_kpps", o.offered_pps / 1e3);
+                    .param("offered_kpps", o.offered_pps / 1e3)
+                    .param("rounds", o.rounds)
+                    .param("min_kpps", (o.pps_range.0 / 1e2).round() / 10.0)
+                    .param("max_kpps", (o.pps_range.1 / 1e2).round() / 10.0);
                 if *c == "forwarder_xdp" {
                     r = r.param(
                         "path",
@@ -577,7 +664,10 @@ fn add_records(
                     format!("{prefix}{c}_machine_cpu_per_frame"),
                     o.machine_ns,
                     "ns",
-                );
+                )
+                .param("rounds", o.rounds)
+                .param("min_ns", o.machine_range.0.round())
+                .param("max_ns", o.machine_range.1.round());
                 if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
                     r = r.peer(format!("{prefix}kernel_forward"), k.machine_ns);
                 }
@@ -663,6 +753,10 @@ pub fn run(a: LiveArgs) -> Result<()> {
         .secs
         .unwrap_or(if a.common.quick { 3.0 } else { 10.0 })
         .max(0.5);
+    let rounds = a
+        .rounds
+        .unwrap_or(if a.common.quick { 1 } else { 3 })
+        .max(1);
     let all = [
         "sender_only",
         "kernel_forward",
@@ -689,40 +783,24 @@ pub fn run(a: LiveArgs) -> Result<()> {
     report.note(&format!(
         "60-byte UDP frames of {FLOWS} flows from an AF_PACKET sender over one veth pair; \
          one balancer worker (the _2q_ cases: a veth with two queues, one or two workers), GRE to a \
-         backend on the sender's side; {secs} s per case after 1 s warm-up"
+         backend on the sender's side; {secs} s per case after 1 s warm-up; {rounds} round(s), the \
+         cases alternating within each, every figure the median of its rounds"
     ));
-    let mut got: Vec<(&str, Outcome)> = Vec::new();
-    // One test bed per queue count, made when its first case runs (cases come grouped by it).
-    let mut b: Option<(u32, Bed)> = None;
-    for c in &cases {
-        let (queues, _) = queues_workers(c);
-        if b.as_ref().map(|(q, _)| *q) != Some(queues) {
-            drop(b.take()); // the old bed's namespaces go first
-            b = Some((queues, bed(queues)?));
-        }
-        let (_, bed) = b.as_ref().expect("made above");
-        got.push((c, measure(bed, c, secs, None)?));
-    }
-    drop(b);
+    let got = run_pass(&cases, secs, None, rounds)?;
     add_records(&mut report, &got, "", None)?;
     // The same cases at a paced load every path keeps up with, so CPU per frame is compared at
     // equal offered load (the two-queue cases are left out: they scale the unpaced load).
     if let Some(t) = Some(a.throttle).filter(|&t| t > 0.0) {
+        let single: Vec<&str> = cases
+            .iter()
+            .filter(|c| queues_workers(c).0 == 1)
+            .copied()
+            .collect();
         report.note(&format!(
             "throttled pass: the sender paced to {t} kpps, cases {}",
-            cases
-                .iter()
-                .filter(|c| queues_workers(c).0 == 1)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ")
+            single.join(", ")
         ));
-        let b = bed(1)?;
-        let mut paced: Vec<(&str, Outcome)> = Vec::new();
-        for c in cases.iter().filter(|c| queues_workers(c).0 == 1) {
-            paced.push((c, measure(&b, c, secs, Some(t * 1e3))?));
-        }
-        drop(b);
+        let paced = run_pass(&single, secs, Some(t * 1e3), rounds)?;
         add_records(&mut report, &paced, "throttled_", Some(t))?;
     }
     report.finish()
