@@ -21,9 +21,12 @@
 //!
 //! Trade-off of V3: at low rates a frame waits until its block is retired, so the retire timeout is
 //! the added latency (default 1 ms); the ring then holds `block_count` × timeout of traffic
-//! (64 ms by default) before the kernel must drop. When every block is user-owned the kernel
-//! freezes the ring and drops; those drops come back from `PACKET_STATISTICS` (which resets on
-//! read, so the port accumulates them) into [`PortStats::rx_dropped`].
+//! (256 ms by default) before the kernel must drop, however little memory that traffic takes.
+//! That is why the default ring is many small blocks (256 × 64 KiB) rather than few large ones,
+//! and why a ring given as a byte budget ([`ring_shape`]) is cut into 16–64 KiB blocks (2 MiB:
+//! 128 × 16 KiB). When every block is user-owned the kernel freezes the ring and drops; those drops
+//! come back from `PACKET_STATISTICS` (which resets on read, so the port accumulates them) into
+//! [`PortStats::rx_dropped`].
 //!
 //! # Fan-out
 //! With [`AfPacketConfig::fanout_group`] (or [`AfPacketPort::open_fanout`]), N sockets on one
@@ -181,13 +184,24 @@ pub struct AfPacketConfig {
     pub sndbuf: Option<u32>,
 }
 
+/// Block size and count for a receive ring of about `bytes`: at low rates every block is retired
+/// after the retire timeout holding a few frames, so the ring's reach in time is its block count
+/// × the timeout, not its size. The block size aims at 256 blocks within 16–64 KiB (16 KiB still
+/// holds a 9000-byte jumbo frame): a 2 MiB ring is 128 × 16 KiB (128 ms at 1 ms), where 256 KiB
+/// blocks would have made it 8 blocks, 8 ms; 16 MiB is 256 × 64 KiB; more is more 64 KiB blocks.
+pub fn ring_shape(bytes: usize) -> (u32, u32) {
+    let per_block = (bytes / 256).max(1);
+    let size = (1usize << (usize::BITS - 1 - per_block.leading_zeros())).clamp(16 << 10, 64 << 10);
+    (size as u32, (bytes / size).max(1) as u32)
+}
+
 impl Default for AfPacketConfig {
     fn default() -> Self {
         AfPacketConfig {
             fanout_group: None,
             fanout_mode: FanoutMode::Hash,
-            block_size: 1 << 18,
-            block_count: 64,
+            block_size: 1 << 16,
+            block_count: 256,
             frame_size: 2048,
             retire_timeout_ms: 1,
             promisc: false,
@@ -734,7 +748,7 @@ impl crate::live::PortDriver for AfPacketDriver {
                 ..AfPacketConfig::default()
             };
             if let Some(bytes) = spec.ring_bytes {
-                cfg.block_count = (bytes / cfg.block_size as usize).max(1) as u32;
+                (cfg.block_size, cfg.block_count) = ring_shape(bytes);
             }
             let socks =
                 AfPacketPort::open_fanout(ifname, &cfg, workers).map_err(|e| LiveError::Open {
@@ -1074,6 +1088,25 @@ mod sys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_shape_keeps_many_blocks_within_the_budget() {
+        // Default-sized budget: the default shape.
+        let d = AfPacketConfig::default();
+        assert_eq!(ring_shape(16 << 20), (d.block_size, d.block_count));
+        // 2 MiB: 128 blocks of 16 KiB (not 8 of 256 KiB); 4 MiB: 256 of 16 KiB.
+        assert_eq!(ring_shape(2 << 20), (16 << 10, 128));
+        assert_eq!(ring_shape(4 << 20), (16 << 10, 256));
+        // Large budgets: blocks stop at 64 KiB, the count grows.
+        assert_eq!(ring_shape(64 << 20), (64 << 10, 1024));
+        // Tiny budgets still give one block that holds a jumbo frame.
+        assert_eq!(ring_shape(1000), (16 << 10, 1));
+        for bytes in [1usize, 4096, 100_000, 3 << 20, 17 << 20, 1 << 30] {
+            let (size, count) = ring_shape(bytes);
+            assert!(size.is_power_of_two() && (16 << 10..=64 << 10).contains(&size));
+            assert!(count >= 1 && (count as usize * size as usize <= bytes || count == 1));
+        }
+    }
 
     fn hdr(next: u32, snap: u32, len: u32, status: u32, mac: u16, tci: u32) -> Vec<u8> {
         let mut h = vec![0u8; H_SIZE];

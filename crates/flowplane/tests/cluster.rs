@@ -93,6 +93,8 @@ type Seen = Vec<([u8; 6], u32)>;
 /// to the host, as (dst MAC, tag).
 struct Tap {
     seen: Arc<Mutex<Seen>>,
+    /// Frames the tap's own receive ring dropped (the kernel's count).
+    dropped: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -102,11 +104,13 @@ impl Tap {
         let mut port = ns.enter(|| AfPacketPort::open("eth0", &AfPacketConfig::default()))??;
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s2, st2) = (seen.clone(), stop.clone());
+        let dropped = Arc::new(AtomicU32::new(0));
+        let (s2, st2, d2) = (seen.clone(), stop.clone(), dropped.clone());
         let thread = std::thread::spawn(move || {
             let mut pool = Pool::new(4 * MAX_BURST);
             let mut b = burst();
             while !st2.load(Ordering::Relaxed) {
+                d2.store(port.stats().rx_dropped as u32, Ordering::Relaxed);
                 if port.rx_burst(&mut pool, &mut b, MAX_BURST) == 0 {
                     std::thread::sleep(Duration::from_micros(200));
                     continue;
@@ -122,6 +126,7 @@ impl Tap {
         });
         Ok(Tap {
             seen,
+            dropped,
             stop,
             thread: Some(thread),
         })
@@ -592,10 +597,26 @@ fn scenario(lab: &Lab, t0: Instant, procs: &mut Vec<Option<Proc>>) -> Result<()>
         "the old place got a frame sent after the move"
     );
     let lost: Vec<u32> = (after..end).filter(|t| !new.contains(t)).collect();
-    ensure!(
-        lost.is_empty(),
-        "frames sent after the move were lost: tags {lost:?} of {after}..{end}"
-    );
+    if !lost.is_empty() {
+        let mut where_ = String::new();
+        for (h, t) in HOSTS.iter().zip(&taps) {
+            where_ += &format!(" h{}{}:{}", h.0, h.1, t.dropped.load(Ordering::Relaxed));
+        }
+        for i in 0..3u8 {
+            let m = lab.admin(i, "/metrics").unwrap_or_default();
+            for l in m.lines().filter(|l| {
+                !l.starts_with('#')
+                    && (l.contains("dropped") || l.contains("drops"))
+                    && !l.ends_with(" 0")
+            }) {
+                where_ += &format!("\n  node {i}: {l}");
+            }
+        }
+        bail!(
+            "frames sent after the move were lost: tags {lost:?} of {after}..{end}; taps' ring \
+             drops:{where_}"
+        );
+    }
     step(
         &format!(
             "3. move under traffic: {before} frames before at h10, {} after at h22, {} in the \
