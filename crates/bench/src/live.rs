@@ -262,13 +262,17 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// The whole machine's CPU per frame as a record, with its rounds and range over them.
+    fn machine_record(&self, name: String) -> Record {
+        Record::lower(name, self.machine_ns, "ns")
+            .param("rounds", self.rounds)
+            .param("min_ns", self.machine_range.0.round())
+            .param("max_ns", self.machine_range.1.round())
+    }
+
     /// Each figure's median over the rounds of one case (the upper median for an even count).
     fn median(rounds: &[Outcome]) -> Outcome {
-        let med = |f: &dyn Fn(&Outcome) -> f64| {
-            let mut v: Vec<f64> = rounds.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let med = |f: &dyn Fn(&Outcome) -> f64| super::median(rounds.iter().map(f).collect());
         let range = |f: &dyn Fn(&Outcome) -> f64| {
             let v = rounds.iter().map(f);
             (
@@ -633,15 +637,9 @@ fn add_records(
         let net = send_cost.map(|s| (o.machine_ns - s).max(0.0));
         match *c {
             "sender_only" => {
-                add(Record::lower(
-                    format!("{prefix}sender_only_cpu_per_frame"),
-                    o.machine_ns,
-                    "ns",
-                )
-                .param("offered_kpps", o.offered_pps / 1e3)
-                .param("rounds", o.rounds)
-                .param("min_ns", o.machine_range.0.round())
-                .param("max_ns", o.machine_range.1.round()))?;
+                add(o
+                    .machine_record(format!("{prefix}sender_only_cpu_per_frame"))
+                    .param("offered_kpps", o.offered_pps / 1e3))?;
             }
             _ => {
                 let mut r = Record::higher(format!("{prefix}{c}"), o.pps / 1e3, "kpps")
@@ -660,14 +658,7 @@ fn add_records(
                     r = r.peer(format!("{prefix}kernel_forward"), k.pps / 1e3);
                 }
                 add(r)?;
-                let mut r = Record::lower(
-                    format!("{prefix}{c}_machine_cpu_per_frame"),
-                    o.machine_ns,
-                    "ns",
-                )
-                .param("rounds", o.rounds)
-                .param("min_ns", o.machine_range.0.round())
-                .param("max_ns", o.machine_range.1.round());
+                let mut r = o.machine_record(format!("{prefix}{c}_machine_cpu_per_frame"));
                 if let Some(k) = kernel.filter(|_| *c != "kernel_forward") {
                     r = r.peer(format!("{prefix}kernel_forward"), k.machine_ns);
                 }

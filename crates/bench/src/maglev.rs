@@ -84,11 +84,6 @@ fn shares(t: &Table) -> (f64, f64, f64) {
     (hi, lo, (hi - lo) * 100.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Build time in ms over `reps` runs: (median, min), and the last table.
 fn time_build<M: Method>(
     m: &M,
@@ -105,7 +100,7 @@ fn time_build<M: Method>(
         last = Some(std::hint::black_box(t));
     }
     let min = times.iter().copied().fold(f64::MAX, f64::min);
-    Ok(((median(times), min), last.expect("at least one run")))
+    Ok(((super::median(times), min), last.expect("at least one run")))
 }
 
 /// Fig 12 for one method and size: mean and max percent of changed entries, and the mean percent

@@ -140,6 +140,12 @@ pub fn flowplane_binary() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The median of `v` (the upper one for an even count); `v` must not be empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Measure competitors in alternating rounds and keep each one's best round. Background load on a
 /// shared machine only ever slows a round down, and alternating (in both orders) gives every
 /// competitor the same exposure to it, so ratios stay meaningful when absolute numbers drift.
