@@ -14,7 +14,8 @@
 //! * [`steer`]: which worker a frame belongs to (5-tuple hash, 3-tuple for fragments: Maglev
 //!   §3.1), for software steering;
 //! * [`craft`]: well-formed test frames (TCP, UDP, fragments) for tests, examples and generators;
-
+//! * [`trace`]: the packet tracer's worker side (Maglev §4.4): recognising probes, a rate limit on
+//!   the worker's own clock, and a bounded queue of records to the control side.
 //!
 //! # Example
 //!
@@ -42,3 +43,4 @@ pub mod packet;
 pub mod stage;
 pub mod stats;
 pub mod steer;
+pub mod trace;

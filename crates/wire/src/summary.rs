@@ -329,6 +329,24 @@ impl PacketSummary {
         frame.get(s..s + self.l4_len as usize).unwrap_or(&[])
     }
 
+    /// The TCP or UDP payload in `frame` (the buffer this summary was parsed from): from after the
+    /// transport header (TCP's data offset, UDP's 8 bytes) to the end of the IP datagram, or to the
+    /// end of `frame` if that comes first. Empty for other protocols and for non-first fragments.
+    #[inline]
+    pub fn payload<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
+        let l4 = self.l4_offset as usize;
+        let start = match self.l4 {
+            L4Kind::Tcp => match frame.get(l4..).map(TcpPacket::new_checked) {
+                Some(Ok(t)) => l4 + t.header_len(),
+                _ => return &[],
+            },
+            L4Kind::Udp => l4 + udp::HEADER_LEN,
+            _ => return &[],
+        };
+        let end = self.l3_end().min(frame.len());
+        frame.get(start..end).unwrap_or(&[])
+    }
+
     /// For an ICMP / ICMPv6 error, parse the quoted packet (`IcmpNoQuote` otherwise).
     #[inline]
     pub fn icmp_quoted(&self, frame: &[u8]) -> Result<QuotedSummary> {

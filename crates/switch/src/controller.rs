@@ -1,0 +1,191 @@
+//! The switch's control logic, free of I/O: the FIB's single writer (CuckooSwitch §3.2: one
+//! writer, lock-free readers). It applies the workers' learn events, keeps static entries and ages
+//! learned ones; time is an argument. The service (`service.rs`) calls it on its tick.
+
+use crate::stage::Learn;
+use fp_cuckoo::{CompactReader, CompactWriter, InsertError};
+use fp_wire::ethernet::MacAddr;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::Arc;
+
+/// The count of FIB changes a cached answer could miss: an entry moved to another port or
+/// removed. (A new entry needs no count: caches hold answers for MACs found in the FIB only.)
+///
+/// The writer changes the FIB, then [`bump`](FibEpoch::bump)s (Release); a worker loads the count
+/// (Acquire) once per burst and uses a cached answer only if it was cached under that same count,
+/// so no answer outlives a change by more than the burst that overlapped it — as if that burst
+/// had read the FIB just before the change.
+#[derive(Clone, Debug, Default)]
+pub struct FibEpoch(Arc<AtomicU64>);
+
+impl FibEpoch {
+    /// The current count.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Count a change (after making it).
+    #[inline]
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// What the FIB writer did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ControlStats {
+    /// MACs learned.
+    pub learned: u64,
+    /// MACs that moved to another port.
+    pub moved: u64,
+    /// Learned MACs aged out.
+    pub aged: u64,
+    /// Learn events ignored because the MAC is static.
+    pub static_kept: u64,
+    /// Learn events that found the FIB full (the MAC stays unknown and is flooded).
+    pub fib_full: u64,
+}
+
+/// The single writer of the switch FIB: applies learn events, keeps static entries, ages.
+pub struct SwitchControl {
+    fib: CompactWriter,
+    learn: Receiver<Learn>,
+    statics: HashSet<MacAddr>,
+    last_seen: HashMap<MacAddr, u64>,
+    aging_ns: u64,
+    stats: ControlStats,
+    epoch: FibEpoch,
+}
+
+/// A learn queue: the sender for workers (clone it per worker), the receiver for the writer.
+pub fn learn_queue(capacity: usize) -> (SyncSender<Learn>, Receiver<Learn>) {
+    std::sync::mpsc::sync_channel(capacity)
+}
+
+impl SwitchControl {
+    /// The writer of `fib`, consuming `learn`, aging learned entries after `aging_ns`.
+    pub fn new(fib: CompactWriter, learn: Receiver<Learn>, aging_ns: u64) -> SwitchControl {
+        SwitchControl {
+            fib,
+            learn,
+            statics: HashSet::new(),
+            last_seen: HashMap::new(),
+            aging_ns,
+            stats: ControlStats::default(),
+            epoch: FibEpoch::default(),
+        }
+    }
+
+    /// The FIB's change count, for the workers' caches.
+    pub fn epoch(&self) -> FibEpoch {
+        self.epoch.clone()
+    }
+
+    /// Add a static entry: learning never overrides it and it never ages.
+    pub fn add_static(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
+        if self
+            .fib
+            .insert(mac.to_u64(), port)?
+            .is_some_and(|old| old != port)
+        {
+            self.epoch.bump();
+        }
+        self.statics.insert(mac);
+        self.last_seen.remove(&mac);
+        Ok(())
+    }
+
+    /// Insert an entry that neither ages nor is protected from learning (bulk preload).
+    pub fn preload(&mut self, mac: MacAddr, port: u16) -> Result<(), InsertError> {
+        if self
+            .fib
+            .insert(mac.to_u64(), port)?
+            .is_some_and(|old| old != port)
+        {
+            self.epoch.bump();
+        }
+        Ok(())
+    }
+
+    /// Apply every queued learn event; returns how many.
+    pub fn drain(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.learn.try_recv() {
+                Ok(e) => {
+                    self.apply(e);
+                    n += 1;
+                }
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return n,
+            }
+        }
+    }
+
+    fn apply(&mut self, e: Learn) {
+        if self.statics.contains(&e.mac) {
+            self.stats.static_kept += 1;
+            return;
+        }
+        let key = e.mac.to_u64();
+        match self.fib.get(key) {
+            Some(p) if p == e.port => {}
+            Some(_) => {
+                if self.fib.update(key, e.port).is_ok() {
+                    self.stats.moved += 1;
+                    self.epoch.bump();
+                }
+            }
+            None => match self.fib.insert(key, e.port) {
+                Ok(_) => self.stats.learned += 1,
+                Err(_) => {
+                    self.stats.fib_full += 1;
+                    return;
+                }
+            },
+        }
+        self.last_seen.insert(e.mac, e.now_ns);
+    }
+
+    /// Remove learned entries not seen for the aging time. Returns how many were removed.
+    pub fn age(&mut self, now_ns: u64) -> usize {
+        let aging = self.aging_ns;
+        let old: Vec<MacAddr> = self
+            .last_seen
+            .iter()
+            .filter(|(_, &t)| now_ns.saturating_sub(t) >= aging)
+            .map(|(&m, _)| m)
+            .collect();
+        for m in &old {
+            self.last_seen.remove(m);
+            self.fib.remove(m.to_u64());
+        }
+        if !old.is_empty() {
+            self.epoch.bump();
+        }
+        self.stats.aged += old.len() as u64;
+        old.len()
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> ControlStats {
+        self.stats
+    }
+
+    /// A reader of the FIB.
+    pub fn reader(&self) -> CompactReader {
+        self.fib.reader()
+    }
+
+    /// The FIB entry of `mac`.
+    pub fn lookup(&self, mac: MacAddr) -> Option<u16> {
+        self.fib.get(mac.to_u64())
+    }
+
+    /// FIB occupancy and size.
+    pub fn fib_stats(&self) -> fp_cuckoo::Stats {
+        self.fib.stats()
+    }
+}

@@ -1,0 +1,857 @@
+//! The CuckooSwitch Ethernet switch (CoNEXT 2013, §3.1, Fig 3): forwarding by destination MAC in a
+//! shared concurrent cuckoo FIB, with MAC learning, aging, flooding and static entries.
+//!
+//! Every worker reads its receive queue of every port and, for each burst, looks up the destination
+//! and source MACs of all its packets at once in the FIB (dynamic batching, two-round prefetching:
+//! CuckooSwitch §3.3-3.4, §4.3), then hands each packet to the transmit burst of its output port.
+//! Unknown unicast, broadcast and multicast destinations are flooded to every other port; a frame
+//! never leaves through the port it came in on.
+//!
+//! The FIB has one writer, [`crate::controller::SwitchControl`], usually on the control thread. Workers only read it;
+//! what they learn (a source MAC seen on a port it is not recorded on, or a known MAC that needs its
+//! age refreshed) travels to the writer as a [`Learn`] event over a bounded queue. When the queue is
+//! full the event is dropped and counted — never the packet. To keep the event rate bounded, a
+//! worker refreshes a MAC it has recently reported at most once per quarter of the aging time (a
+//! small direct-mapped cache per worker). Static entries from the configuration are never changed
+//! by learning and never age.
+
+use crate::controller::FibEpoch;
+use fp_cuckoo::{CompactReader, Prefetch};
+use fp_flowcache::KeyedCache;
+use fp_pipeline::packet::{Packet, Pool};
+use fp_pipeline::stage::{Outputs, Stage};
+use fp_pipeline::stats::Counter;
+use fp_pipeline::trace::{probe_id, ProbeSender};
+use fp_wire::ethernet::MacAddr;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+
+/// The FIB key of a MAC address: its 48 bits as an integer (`MacAddr::to_u64`). The data path
+/// reads it straight from the frame with one 8-byte load.
+type Key = u64;
+
+/// Group (multicast or broadcast) bit of a MAC key.
+#[inline(always)]
+fn is_group(m: Key) -> bool {
+    m >> 40 & 1 == 1
+}
+
+/// A learning event from a worker to the FIB writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Learn {
+    /// Source MAC seen.
+    pub mac: MacAddr,
+    /// Port it was seen on.
+    pub port: u16,
+    /// When (ns).
+    pub now_ns: u64,
+}
+
+/// How a worker looks up MACs (the factor analysis of CuckooSwitch Fig 5 and Fig 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupMode {
+    /// One lookup at a time.
+    Single,
+    /// The whole burst at once, without prefetching.
+    Batched,
+    /// The whole burst at once with two-round prefetching (the default).
+    Prefetched,
+}
+
+macro_rules! counters {
+    ($( $(#[$m:meta])* $name:ident => $label:literal, )*) => {
+        /// A switch worker's counters.
+        #[repr(align(64))]
+        #[derive(Debug, Default)]
+        pub struct SwitchStats { $( $(#[$m])* pub $name: Counter, )* }
+        impl SwitchStats {
+            /// (metrics label, value) of every counter.
+            pub fn values(&self) -> Vec<(&'static str, u64)> {
+                vec![$( ($label, self.$name.get()), )*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Frames received.
+    rx => "rx",
+    /// Frames sent (a flooded frame counts once per copy).
+    tx => "tx",
+    /// Frames forwarded to a known unicast destination.
+    forwarded => "forwarded",
+    /// Frames flooded (unknown unicast, broadcast, multicast).
+    flooded => "flooded",
+    /// Unknown unicast destinations among the flooded frames.
+    unknown_unicast => "unknown_unicast",
+    /// Frames dropped because their destination is on the port they came in on.
+    filtered => "drop_same_port",
+    /// Frames dropped: shorter than an Ethernet header.
+    runt => "drop_runt",
+    /// Frames dropped: the source MAC is a group address.
+    bad_source => "drop_group_source",
+    /// Flood copies dropped: no packet buffer for the copy.
+    no_buffer => "drop_no_buffer",
+    /// Learn events sent to the FIB writer.
+    learn_sent => "learn_sent",
+    /// Learn events dropped because the queue was full (the frames were forwarded).
+    learn_dropped => "learn_dropped",
+    /// Destination lookups answered by the worker's FIB cache.
+    cache_hit => "cache_hit",
+    /// Destination lookups the FIB cache could not answer (looked up in the FIB).
+    cache_miss => "cache_miss",
+}
+
+/// A worker's BLP cache in front of the FIB (CuckooSwitch's table, cached as *Fast Software Cache
+/// Design*, §4.4-§5, proposes): MAC → (port, the FIB's change count when cached). An answer cached
+/// under an older count is a miss ([`crate::controller::FibEpoch`]).
+struct FibCache {
+    cache: KeyedCache<Key, (u16, u64)>,
+    epoch: FibEpoch,
+    seed: u64,
+    on: bool,
+    hashes: Vec<u64>,
+    hits: Vec<Option<(u16, u64)>>,
+    miss: Vec<Key>,
+    miss_at: Vec<u16>,
+    miss_out: Vec<Option<u16>>,
+}
+
+/// Per-worker cache of recently reported source MACs: (mac, port, time reported).
+const REFRESH_SLOTS: usize = 4096;
+
+/// One switch worker.
+pub struct SwitchWorker {
+    fib: CompactReader,
+    ports: u16,
+    learn: SyncSender<Learn>,
+    refresh: Box<[(Key, u16, u64)]>,
+    refresh_ns: u64,
+    mode: LookupMode,
+    learning: bool,
+    stats: Arc<SwitchStats>,
+    dst: Vec<u64>,
+    src: Vec<u64>,
+    out: Vec<Option<u16>>,
+    seen: Vec<Option<u16>>,
+    cache: Option<Box<FibCache>>,
+}
+
+impl SwitchWorker {
+    /// A worker for a switch of `ports` ports reading `fib`, reporting to `learn`. Learned entries
+    /// age after `aging_ns`.
+    pub fn new(
+        fib: CompactReader,
+        ports: u16,
+        learn: SyncSender<Learn>,
+        aging_ns: u64,
+    ) -> SwitchWorker {
+        SwitchWorker {
+            fib,
+            ports,
+            learn,
+            refresh: vec![(u64::MAX, 0, 0); REFRESH_SLOTS].into_boxed_slice(),
+            refresh_ns: (aging_ns / 4).max(1),
+            mode: LookupMode::Prefetched,
+            learning: true,
+            stats: Arc::new(SwitchStats::default()),
+            dst: Vec::with_capacity(64),
+            src: Vec::with_capacity(64),
+            out: Vec::with_capacity(64),
+            seen: Vec::with_capacity(64),
+            cache: None,
+        }
+    }
+
+    /// Put a flow cache of `entries` entries (at most 65 536) in front of the FIB for destination
+    /// lookups, invalidated by `epoch` (the FIB writer's [`SwitchControl::epoch`]).
+    ///
+    /// [`SwitchControl::epoch`]: crate::controller::SwitchControl::epoch
+    pub fn set_cache(
+        &mut self,
+        entries: usize,
+        epoch: FibEpoch,
+        seed: u64,
+    ) -> Result<(), fp_flowcache::Error> {
+        self.cache = Some(Box::new(FibCache {
+            cache: KeyedCache::new(entries, seed)?,
+            epoch,
+            seed,
+            on: true,
+            hashes: Vec::with_capacity(64),
+            hits: Vec::with_capacity(64),
+            miss: Vec::with_capacity(64),
+            miss_at: Vec::with_capacity(64),
+            miss_out: Vec::with_capacity(64),
+        }));
+        Ok(())
+    }
+
+    /// The switch's port count.
+    pub fn ports(&self) -> u16 {
+        self.ports
+    }
+
+    /// Switch the cache off or back on (for measurements; a cache switched on starts empty).
+    pub fn set_cache_on(&mut self, on: bool) {
+        if let Some(c) = &mut self.cache {
+            if on && !c.on {
+                c.cache.clear();
+            }
+            c.on = on;
+        }
+    }
+
+    /// Entries and bytes of the cache, if there is one.
+    pub fn cache_size(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|c| (c.cache.capacity(), c.cache.bytes()))
+    }
+
+    /// Destination lookups through the cache: hits under the current change count answered from
+    /// it, the rest looked up in the FIB as a batch and cached.
+    fn lookup_cached(&mut self, keys: &[u64], out: &mut [Option<u16>]) {
+        let Some(c) = self.cache.as_deref_mut().filter(|c| c.on) else {
+            self.lookup(keys, out);
+            return;
+        };
+        let n = keys.len();
+        let now = c.epoch.get();
+        c.hashes.clear();
+        c.hashes
+            .extend(keys.iter().map(|&k| fp_hash::hash_u64(c.seed, k)));
+        c.hits.clear();
+        c.hits.resize(n, None);
+        c.cache.get_batch(&c.hashes, keys, &mut c.hits);
+        c.miss.clear();
+        c.miss_at.clear();
+        for (i, h) in c.hits.iter().enumerate() {
+            match h {
+                Some((port, e)) if *e == now => out[i] = Some(*port),
+                _ => {
+                    c.miss.push(keys[i]);
+                    c.miss_at.push(i as u16);
+                }
+            }
+        }
+        let m = c.miss.len();
+        self.stats.cache_hit.add((n - m) as u64);
+        self.stats.cache_miss.add(m as u64);
+        if m == 0 {
+            return;
+        }
+        c.miss_out.clear();
+        c.miss_out.resize(m, None);
+        self.fib
+            .get_batch_with(&c.miss, &mut c.miss_out, Prefetch::TwoRound);
+        for (j, &i) in c.miss_at.iter().enumerate() {
+            let i = i as usize;
+            out[i] = c.miss_out[j];
+            if let Some(port) = c.miss_out[j] {
+                if c.hits[i].is_some() {
+                    c.cache.put(c.hashes[i], keys[i], (port, now));
+                } else {
+                    c.cache.put_absent(c.hashes[i], keys[i], (port, now));
+                }
+            }
+        }
+    }
+
+    /// Choose the lookup strategy (for comparisons).
+    pub fn set_mode(&mut self, mode: LookupMode) {
+        self.mode = mode;
+    }
+
+    /// Turn source-MAC learning on (default) or off. Off, the worker looks up destinations only,
+    /// as in CuckooSwitch's evaluation (a FIB preloaded and managed from outside).
+    pub fn set_learning(&mut self, on: bool) {
+        self.learning = on;
+    }
+
+    /// The worker's counters.
+    pub fn stats(&self) -> &Arc<SwitchStats> {
+        &self.stats
+    }
+
+    fn lookup(&self, keys: &[u64], out: &mut [Option<u16>]) {
+        match self.mode {
+            LookupMode::Single => {
+                for (k, o) in keys.iter().zip(out.iter_mut()) {
+                    *o = self.fib.get(*k);
+                }
+            }
+            LookupMode::Batched => self.fib.get_batch_with(keys, out, Prefetch::Off),
+            LookupMode::Prefetched => self.fib.get_batch_with(keys, out, Prefetch::TwoRound),
+        }
+    }
+
+    /// Switch a burst received on `in_port`: every packet ends up in `tx[p]` for its output port(s)
+    /// or back in `pool` (dropped, counted). `tx` has one burst per port.
+    pub fn process(
+        &mut self,
+        in_port: u16,
+        rx: &mut Vec<Packet>,
+        tx: &mut [Vec<Packet>],
+        pool: &mut Pool,
+        now_ns: u64,
+    ) {
+        let n = rx.len();
+        self.stats.rx.add(n as u64);
+        self.dst.clear();
+        self.src.clear();
+        // Both MACs from two 8-byte loads (bytes 0..8 and 6..14, top 48 bits); a runt (shorter than
+        // an Ethernet header) gets MAC 0 and is dropped below. Sources only when learning.
+        for p in rx.iter() {
+            let d = p.data();
+            let (dm, sm) = match d.get(..14) {
+                Some(h) => (
+                    u64::from_be_bytes(h[0..8].try_into().expect("8 bytes")) >> 16,
+                    u64::from_be_bytes(h[6..14].try_into().expect("8 bytes")) >> 16,
+                ),
+                None => (0, 0),
+            };
+            self.dst.push(dm);
+            self.src.push(sm);
+        }
+        // Destination (and, learning, source) MACs of the whole burst, looked up together.
+        self.out.clear();
+        self.out.resize(n, None);
+        let (dst, src) = (std::mem::take(&mut self.dst), std::mem::take(&mut self.src));
+        let mut out = std::mem::take(&mut self.out);
+        let mut seen = std::mem::take(&mut self.seen);
+        self.lookup_cached(&dst, &mut out);
+        if self.learning {
+            seen.clear();
+            seen.resize(n, None);
+            self.lookup(&src, &mut seen);
+        }
+        // Counted locally and published once per burst: the counters are shared with the metrics
+        // reader, so per-frame updates would be a load and a store to memory each.
+        let (mut forwarded, mut filtered) = (0u64, 0u64);
+        let ports = self.ports;
+        for (i, p) in rx.drain(..).enumerate() {
+            let (d, s) = (dst[i], src[i]);
+            if p.len() < 14 {
+                self.stats.runt.inc();
+                pool.put(p);
+                continue;
+            }
+            if is_group(s) {
+                self.stats.bad_source.inc();
+                pool.put(p);
+                continue;
+            }
+            // Learning: a new source, a moved one, or one whose age needs refreshing.
+            if self.learning && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
+                self.report(s, in_port, now_ns);
+            }
+            match (is_group(d), out[i]) {
+                (false, Some(port)) if port == in_port => {
+                    filtered += 1;
+                    pool.put(p);
+                }
+                (false, Some(port)) if port < ports => {
+                    forwarded += 1;
+                    tx[port as usize].push(p);
+                }
+                (group, _) => {
+                    // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
+                    if !group {
+                        self.stats.unknown_unicast.inc();
+                    }
+                    self.stats.flooded.inc();
+                    self.flood(in_port, p, tx, pool);
+                }
+            }
+        }
+        if forwarded != 0 {
+            self.stats.forwarded.add(forwarded);
+            self.stats.tx.add(forwarded);
+        }
+        if filtered != 0 {
+            self.stats.filtered.add(filtered);
+        }
+        (self.dst, self.src, self.out, self.seen) = (dst, src, out, seen);
+    }
+
+    /// Copies of `p` to every port but `in_port` (the last one gets the original).
+    fn flood(&self, in_port: u16, p: Packet, tx: &mut [Vec<Packet>], pool: &mut Pool) {
+        let targets: u16 = self.ports.saturating_sub(1);
+        if targets == 0 {
+            pool.put(p);
+            return;
+        }
+        let mut sent = 0;
+        let last = if in_port == self.ports - 1 {
+            self.ports - 2
+        } else {
+            self.ports - 1
+        };
+        for port in 0..self.ports {
+            if port == in_port || port == last {
+                continue;
+            }
+            match pool.get() {
+                Some(mut c) => {
+                    c.fill(p.data());
+                    c.ts_ns = p.ts_ns;
+                    c.port = p.port;
+                    tx[port as usize].push(c);
+                    sent += 1;
+                }
+                None => self.stats.no_buffer.inc(),
+            }
+        }
+        tx[last as usize].push(p);
+        self.stats.tx.add(sent + 1);
+    }
+
+    fn slot(mac: Key) -> usize {
+        fp_hash::reduce(fp_hash::splitmix64(mac), REFRESH_SLOTS as u64) as usize
+    }
+
+    fn refresh_due(&self, mac: Key, port: u16, now: u64) -> bool {
+        let (m, p, t) = self.refresh[Self::slot(mac)];
+        !(m == mac && p == port && now.saturating_sub(t) < self.refresh_ns)
+    }
+
+    fn report(&mut self, mac: Key, port: u16, now: u64) {
+        match self.learn.try_send(Learn {
+            mac: MacAddr::from_u64(mac),
+            port,
+            now_ns: now,
+        }) {
+            Ok(()) => {
+                self.stats.learn_sent.inc();
+                self.refresh[Self::slot(mac)] = (mac, port, now);
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.stats.learn_dropped.inc()
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stage: the switch worker, per-port flood counters and the tracer
+
+/// What the tracer records about a probe: where it came in, what the FIB said, where it went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwitchRecord {
+    /// Worker id.
+    pub worker: usize,
+    /// Ingress port.
+    pub in_port: usize,
+    /// Ingress interface.
+    pub in_interface: String,
+    /// Source MAC.
+    pub src: MacAddr,
+    /// Destination MAC.
+    pub dst: MacAddr,
+    /// The destination's FIB entry before switching (none for group addresses).
+    pub fib: Option<u16>,
+    /// `forwarded`, `flooded`, `filtered_same_port` or `dropped`.
+    pub decision: &'static str,
+    /// Ports (and interfaces) the frame was handed to.
+    pub out: Vec<(usize, String)>,
+}
+
+/// Probes seen in one burst (rare; a fixed array, no allocation).
+const MAX_PROBES: usize = 4;
+
+/// A worker's view of the tracer: its queue to the control side, the FIB, the port names.
+struct Tracer {
+    probes: ProbeSender<SwitchRecord>,
+    fib: CompactReader,
+    names: Arc<Vec<String>>,
+    /// (probe id, destination MAC, source MAC, FIB entry of the destination) of the current burst.
+    found: [(u64, MacAddr, MacAddr, Option<u16>); MAX_PROBES],
+    n: usize,
+}
+
+impl Tracer {
+    /// Look for probes in a received burst (cheap per frame: a length test for short frames, the
+    /// parser and a 16-byte compare for long ones).
+    #[inline]
+    fn scan(&mut self, rx: &[Packet]) {
+        self.n = 0;
+        for p in rx {
+            if let Some(id) = probe_id(p.data()) {
+                self.found_probe(id, p.data());
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn found_probe(&mut self, id: u64, d: &[u8]) {
+        if self.n < MAX_PROBES {
+            let mac = |r: std::ops::Range<usize>| {
+                MacAddr(d[r].try_into().expect("a probe frame has an Ethernet header"))
+            };
+            let dst = mac(0..6);
+            let fib = if dst.is_multicast() {
+                None
+            } else {
+                self.fib.get(dst.to_u64())
+            };
+            self.found[self.n] = (id, dst, mac(6..12), fib);
+            self.n += 1;
+        }
+    }
+
+    /// After switching: find where each probe went and record it.
+    #[cold]
+    #[inline(never)]
+    fn record(&mut self, worker: usize, in_port: usize, out: &Outputs, now_ns: u64) {
+        for k in 0..self.n {
+            let (id, dst, src, fib) = self.found[k];
+            if !self.probes.admit(now_ns) {
+                continue;
+            }
+            let ports: Vec<usize> = (0..out.ports())
+                .filter(|&j| out.burst(j).iter().any(|p| probe_id(p.data()) == Some(id)))
+                .collect();
+            let decision = match (ports.len(), fib) {
+                (0, Some(p)) if p as usize == in_port => "filtered_same_port",
+                (0, _) => "dropped",
+                (1, Some(_)) if !dst.is_multicast() => "forwarded",
+                _ => "flooded",
+            };
+            let r = SwitchRecord {
+                worker,
+                in_port,
+                in_interface: self.names[in_port].clone(),
+                src,
+                dst,
+                fib,
+                decision,
+                out: ports.iter().map(|&j| (j, self.names[j].clone())).collect(),
+            };
+            self.probes.send(id, now_ns, r);
+        }
+        self.n = 0;
+    }
+}
+
+/// One switch worker as a stage of the engine: the CuckooSwitch worker, the frames it flooded per
+/// ingress port, and the tracer.
+pub struct SwitchStage {
+    index: usize,
+    sw: SwitchWorker,
+    flooded: Arc<[Counter]>,
+    tracer: Option<Tracer>,
+}
+
+impl SwitchStage {
+    /// Worker `index`'s stage around `sw`; with `tracer`, probes are recorded into its queue
+    /// (`names` are the ports' interfaces, `fib` reads the destinations' entries).
+    pub fn new(
+        index: usize,
+        sw: SwitchWorker,
+        tracer: Option<(ProbeSender<SwitchRecord>, CompactReader, Arc<Vec<String>>)>,
+    ) -> SwitchStage {
+        let ports = sw.ports() as usize;
+        SwitchStage {
+            index,
+            sw,
+            flooded: (0..ports).map(|_| Counter::default()).collect(),
+            tracer: tracer.map(|(probes, fib, names)| Tracer {
+                probes,
+                fib,
+                names,
+                found: [(0, MacAddr([0; 6]), MacAddr([0; 6]), None); MAX_PROBES],
+                n: 0,
+            }),
+        }
+    }
+
+    /// The worker's counters.
+    pub fn stats(&self) -> &Arc<SwitchStats> {
+        self.sw.stats()
+    }
+
+    /// Frames flooded per ingress port (read by the metrics).
+    pub fn flooded(&self) -> Arc<[Counter]> {
+        self.flooded.clone()
+    }
+}
+
+impl Stage for SwitchStage {
+    #[inline]
+    fn process(
+        &mut self,
+        port: usize,
+        rx: &mut Vec<Packet>,
+        out: &mut Outputs,
+        pool: &mut Pool,
+        now_ns: u64,
+    ) {
+        if let Some(t) = &mut self.tracer {
+            t.scan(rx);
+        }
+        let flooded = self.sw.stats().flooded.get();
+        self.sw
+            .process(port as u16, rx, out.bursts_mut(), pool, now_ns);
+        self.flooded[port].add(self.sw.stats().flooded.get() - flooded);
+        if let Some(t) = &mut self.tracer {
+            if t.n > 0 {
+                t.record(self.index, port, out, now_ns);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{learn_queue, SwitchControl};
+    use fp_cuckoo::{CompactMap, Config};
+    use fp_pipeline::packet::burst;
+
+    fn frame(dst: MacAddr, src: MacAddr) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[0..6].copy_from_slice(&dst.0);
+        f[6..12].copy_from_slice(&src.0);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f
+    }
+
+    const A: MacAddr = MacAddr::from_u64(0x0200_0000_000a);
+    const B: MacAddr = MacAddr::from_u64(0x0200_0000_000b);
+    const C: MacAddr = MacAddr::from_u64(0x0200_0000_000c);
+    const BCAST: MacAddr = MacAddr::from_u64(0xffff_ffff_ffff);
+
+    /// `m` plus `i` in its low bits.
+    fn plus(m: MacAddr, i: u64) -> MacAddr {
+        MacAddr::from_u64(m.to_u64() + i)
+    }
+
+    struct Sw {
+        w: SwitchWorker,
+        c: SwitchControl,
+        pool: Pool,
+        tx: Vec<Vec<Packet>>,
+    }
+
+    impl Sw {
+        fn new(ports: u16) -> Sw {
+            let (fw, fr) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
+            let (ltx, lrx) = learn_queue(64);
+            let aging = 300 * 1_000_000_000;
+            Sw {
+                w: SwitchWorker::new(fr, ports, ltx, aging),
+                c: SwitchControl::new(fw, lrx, aging),
+                pool: Pool::new(256),
+                tx: (0..ports).map(|_| burst()).collect(),
+            }
+        }
+
+        /// Send one frame into `port` at `now`; returns the ports it went out of.
+        fn send(&mut self, port: u16, f: Vec<u8>, now: u64) -> Vec<u16> {
+            let mut rx = burst();
+            let mut p = self.pool.get().unwrap();
+            p.fill(&f);
+            rx.push(p);
+            self.w
+                .process(port, &mut rx, &mut self.tx, &mut self.pool, now);
+            self.c.drain();
+            let mut outs = Vec::new();
+            for (i, t) in self.tx.iter_mut().enumerate() {
+                if !t.is_empty() {
+                    outs.push(i as u16);
+                }
+                self.pool.put_all(t);
+            }
+            outs
+        }
+    }
+
+    /// Two switches see the same frames, moves and aging, one with a small FIB cache (its ring
+    /// recycles), one without: every frame leaves by the same ports. An answer that outlived a
+    /// move or an aged-out entry would send a frame to the old port instead of flooding or
+    /// following the move.
+    #[test]
+    fn the_fib_cache_never_changes_a_decision() {
+        let aging = 50_000_000; // 50 ms
+        let mk = |cache: bool| {
+            let (fw, fr) = CompactMap::new(&Config::with_capacity(4096)).unwrap();
+            let (ltx, lrx) = learn_queue(4096);
+            let c = SwitchControl::new(fw, lrx, aging);
+            let mut w = SwitchWorker::new(fr, 4, ltx, aging);
+            if cache {
+                w.set_cache(64, c.epoch(), 9).unwrap();
+            }
+            Sw {
+                w,
+                c,
+                pool: Pool::new(1024),
+                tx: (0..4).map(|_| burst()).collect(),
+            }
+        };
+        let (mut a, mut b) = (mk(true), mk(false));
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        // 300 hosts, each on a home port that changes now and then (a move).
+        let mut home: Vec<u16> = (0..300).map(|i| (i % 4) as u16).collect();
+        let mut now = 1u64;
+        for burst_no in 0..4000 {
+            now += rnd(2_000_000);
+            if rnd(20) == 0 {
+                let h = rnd(300) as usize;
+                home[h] = rnd(4) as u16;
+            }
+            let port = rnd(4) as u16;
+            let frames: Vec<Vec<u8>> = (0..16)
+                .map(|_| {
+                    let src = rnd(300);
+                    let dst = rnd(300);
+                    frame(plus(A, dst), plus(A, src))
+                })
+                .filter(|f| {
+                    home[(MacAddr(f[6..12].try_into().unwrap()).to_u64() - A.to_u64()) as usize]
+                        == port
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for s in [&mut a, &mut b] {
+                let mut rx = burst();
+                for f in &frames {
+                    let mut p = s.pool.get().unwrap();
+                    p.fill(f);
+                    rx.push(p);
+                }
+                s.w.process(port, &mut rx, &mut s.tx, &mut s.pool, now);
+                s.c.drain();
+                if burst_no % 10 == 0 {
+                    s.c.age(now);
+                }
+                let o: Vec<Vec<Vec<u8>>> =
+                    s.tx.iter_mut()
+                        .map(|t| {
+                            let v = t.iter().map(|p| p.data().to_vec()).collect();
+                            s.pool.put_all(t);
+                            v
+                        })
+                        .collect();
+                outs.push(o);
+            }
+            assert_eq!(
+                outs[0], outs[1],
+                "burst {burst_no}: the cached switch forwarded differently"
+            );
+        }
+        let (sa, sb) = (a.w.stats(), b.w.stats());
+        assert_eq!(sa.forwarded.get(), sb.forwarded.get());
+        assert_eq!(sa.flooded.get(), sb.flooded.get());
+        // Most bursts come after a change (a move or an aging pass): the cache is tested far more
+        // on invalidation than it would be in a real switch.
+        assert!(
+            sa.cache_hit.get() > 200 && sa.cache_miss.get() > 1000,
+            "{} hits, {} misses",
+            sa.cache_hit.get(),
+            sa.cache_miss.get()
+        );
+        assert!(
+            a.c.stats().moved > 10 && a.c.stats().aged > 50,
+            "{:?}",
+            a.c.stats()
+        );
+        assert_eq!(sb.cache_hit.get() + sb.cache_miss.get(), 0);
+    }
+
+    #[test]
+    fn learn_then_forward_without_flooding() {
+        let mut s = Sw::new(4);
+        // A (port 0) -> B unknown: flooded to 1, 2, 3; A learned on 0.
+        assert_eq!(s.send(0, frame(B, A), 1), vec![1, 2, 3]);
+        assert_eq!(s.c.lookup(A), Some(0));
+        // B (port 2) replies to A: forwarded to port 0 only; B learned on 2.
+        assert_eq!(s.send(2, frame(A, B), 2), vec![0]);
+        // Now A -> B goes to port 2 only.
+        assert_eq!(s.send(0, frame(B, A), 3), vec![2]);
+        let st = s.w.stats();
+        assert_eq!(st.flooded.get(), 1);
+        assert_eq!(st.unknown_unicast.get(), 1);
+        assert_eq!(st.forwarded.get(), 2);
+    }
+
+    #[test]
+    fn broadcast_floods_and_never_returns_to_ingress() {
+        let mut s = Sw::new(4);
+        for port in 0..4 {
+            let outs = s.send(port, frame(BCAST, plus(A, port as u64)), 1);
+            assert_eq!(outs.len(), 3);
+            assert!(!outs.contains(&port));
+        }
+        // Destination on the ingress port: filtered.
+        s.send(1, frame(BCAST, C), 2);
+        assert!(s.send(1, frame(C, plus(A, 1)), 3).is_empty());
+        assert_eq!(s.w.stats().filtered.get(), 1);
+    }
+
+    #[test]
+    fn moves_aging_and_statics() {
+        let mut s = Sw::new(3);
+        s.send(0, frame(BCAST, A), 1);
+        assert_eq!(s.c.lookup(A), Some(0));
+        // A moves to port 2.
+        s.send(2, frame(BCAST, A), 2);
+        assert_eq!(s.c.lookup(A), Some(2));
+        assert_eq!(s.c.stats().moved, 1);
+        // Static entry for C on port 1: learning C elsewhere does not change it.
+        s.c.add_static(C, 1).unwrap();
+        s.send(0, frame(BCAST, C), 3);
+        assert_eq!(s.c.lookup(C), Some(1));
+        assert_eq!(s.c.stats().static_kept, 1);
+        // Aging: A is removed after 300 s without traffic; the static entry stays.
+        assert_eq!(s.c.age(2 + 299 * 1_000_000_000), 0);
+        assert_eq!(s.c.age(2 + 300 * 1_000_000_000), 1);
+        assert_eq!(s.c.lookup(A), None);
+        assert_eq!(s.c.lookup(C), Some(1));
+    }
+
+    #[test]
+    fn refresh_keeps_a_talking_host_alive() {
+        let mut s = Sw::new(2);
+        let sec = 1_000_000_000u64;
+        // A talks every 100 s for 1000 s: it must never age out (refresh every aging/4 = 75 s).
+        for t in 0..=10 {
+            s.send(0, frame(B, A), t * 100 * sec);
+            s.c.age(t * 100 * sec);
+            assert_eq!(s.c.lookup(A), Some(0), "aged out at {t}");
+        }
+        // Refresh events are rate-limited: far fewer than packets when talking fast.
+        let sent_before = s.w.stats().learn_sent.get();
+        for i in 0..100 {
+            s.send(0, frame(B, A), 1000 * sec + i * 1000);
+        }
+        assert!(s.w.stats().learn_sent.get() - sent_before <= 1);
+    }
+
+    #[test]
+    fn full_learn_queue_drops_events_not_frames() {
+        let (fw, fr) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
+        let (ltx, _lrx) = learn_queue(2);
+        let _ = fw;
+        let mut w = SwitchWorker::new(fr, 2, ltx, 300 * 1_000_000_000);
+        let mut pool = Pool::new(64);
+        let mut tx = vec![burst(), burst()];
+        let mut rx = burst();
+        for i in 0..10u64 {
+            let mut p = pool.get().unwrap();
+            p.fill(&frame(BCAST, plus(A, i)));
+            rx.push(p);
+        }
+        w.process(0, &mut rx, &mut tx, &mut pool, 1);
+        assert_eq!(tx[1].len(), 10, "every frame forwarded");
+        assert_eq!(w.stats().learn_sent.get(), 2);
+        assert_eq!(w.stats().learn_dropped.get(), 8);
+    }
+}
