@@ -16,4 +16,9 @@ fn main() {
             &fp_ebpf::decap::program(fp_ebpf::decap::DecapConfig::ALL, 3).expect("assembles")
         )
     );
+    println!("\n== fp_vip_shield (tcx / tc cls_bpf direct-action; map_fd(3) = destinations, map_fd(4) = stats) ==");
+    print!(
+        "{}",
+        fp_ebpf::asm::disassemble(&fp_ebpf::shield::program(3, 4).expect("assembles"))
+    );
 }

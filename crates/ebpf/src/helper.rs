@@ -7,6 +7,9 @@ pub const MAP_LOOKUP_ELEM: i32 = 1;
 pub const MAP_UPDATE_ELEM: i32 = 2;
 /// `long bpf_map_delete_elem(map, key)`
 pub const MAP_DELETE_ELEM: i32 = 3;
+/// `u64 bpf_ktime_get_ns(void)`: `CLOCK_MONOTONIC` in ns (the clock user space reads with
+/// `clock_gettime(CLOCK_MONOTONIC)`).
+pub const KTIME_GET_NS: i32 = 5;
 /// `long bpf_skb_store_bytes(skb, offset, from, len, flags)`
 pub const SKB_STORE_BYTES: i32 = 9;
 /// `long bpf_skb_load_bytes(skb, offset, to, len)`
@@ -21,6 +24,9 @@ pub const XDP_ADJUST_HEAD: i32 = 44;
 pub const SKB_ADJUST_ROOM: i32 = 50;
 /// `long bpf_redirect_map(map, key, flags)`
 pub const REDIRECT_MAP: i32 = 51;
+/// `long bpf_xdp_adjust_meta(xdp_md, delta)`: grow (negative delta) or shrink the metadata area
+/// in front of the frame.
+pub const XDP_ADJUST_META: i32 = 54;
 
 /// The helper's name, for disassembly.
 pub fn name(id: i32) -> String {
@@ -28,6 +34,7 @@ pub fn name(id: i32) -> String {
         MAP_LOOKUP_ELEM => "bpf_map_lookup_elem".into(),
         MAP_UPDATE_ELEM => "bpf_map_update_elem".into(),
         MAP_DELETE_ELEM => "bpf_map_delete_elem".into(),
+        KTIME_GET_NS => "bpf_ktime_get_ns".into(),
         SKB_STORE_BYTES => "bpf_skb_store_bytes".into(),
         SKB_LOAD_BYTES => "bpf_skb_load_bytes".into(),
         SKB_CHANGE_PROTO => "bpf_skb_change_proto".into(),
@@ -35,6 +42,7 @@ pub fn name(id: i32) -> String {
         XDP_ADJUST_HEAD => "bpf_xdp_adjust_head".into(),
         SKB_ADJUST_ROOM => "bpf_skb_adjust_room".into(),
         REDIRECT_MAP => "bpf_redirect_map".into(),
+        XDP_ADJUST_META => "bpf_xdp_adjust_meta".into(),
         n => format!("helper#{n}"),
     }
 }
@@ -59,6 +67,19 @@ pub mod tc {
     pub const OK: i32 = 0;
     /// Drop the packet.
     pub const SHOT: i32 = 2;
+}
+
+/// tcx return codes (programs attached with a `BPF_TCX_INGRESS` / `BPF_TCX_EGRESS` link). They
+/// equal the tc codes a direct-action `cls_bpf` filter returns: `NEXT` is `TC_ACT_UNSPEC` (run the
+/// next filter), `PASS` is `TC_ACT_OK`, `DROP` is `TC_ACT_SHOT`, so one program serves both
+/// attachments.
+pub mod tcx {
+    /// Run the next program or filter; with none left, the packet continues.
+    pub const NEXT: i32 = -1;
+    /// Deliver the packet now (skip later programs and filters).
+    pub const PASS: i32 = 0;
+    /// Drop the packet.
+    pub const DROP: i32 = 2;
 }
 
 /// `bpf_skb_adjust_room` modes and flags.

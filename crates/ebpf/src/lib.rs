@@ -7,22 +7,26 @@
 //! * [`xsk`]: the XDP program that sends frames addressed to a VIP to the AF_XDP socket of their
 //!   receive queue and everything else to the kernel, used by `fp_engine::afxdp`;
 //! * [`decap`]: the tc ingress program that strips GRE / IP-in-IP on a backend (this kernel has no
-//!   GRE or IPIP devices), installed by `flowplane backend`.
+//!   GRE or IPIP devices), installed by `flowplane backend`;
+//! * [`shield`]: the tc ingress program that keeps frames addressed to a VIP away from the host's
+//!   own stack while an AF_PACKET balancer receives them (its sockets are taps, served before tc
+//!   ingress), used by `fp_engine::afpacket`.
 //!
 //! Building blocks:
 //!
 //! * [`asm`]: an eBPF assembler (ALU, jumps with labels, loads and stores, 64-bit immediates and
 //!   map references, helper calls) and a disassembler in the verifier's syntax;
 //! * [`map`], [`prog`]: `bpf(2)` maps and programs; a rejected program's error carries the
-//!   verifier log; XDP attachment through a BPF link (detached when dropped, or when the process
-//!   dies);
+//!   verifier log; XDP and tcx attachment through BPF links (detached when dropped, or when the
+//!   process dies);
 //! * [`netlink`]: the tc `clsact` qdisc and direct-action `cls_bpf` filters, and XDP queries.
 //!
 //! Guarantees: every `unsafe` block is in [`sys`], where each system call wrapper checks the
 //! lengths the kernel will use against the buffers it passes. Programs are checked by the kernel
 //! verifier at load time and by `BPF_PROG_TEST_RUN` in this crate's tests (which need root:
-//! they fail, saying so, without it). Attachments are owned: an [`xsk::XskRedirect`] detaches on
-//! drop; the decap filter is explicitly persistent and removed with [`decap::detach`].
+//! they fail, saying so, without it). Attachments are owned: an [`xsk::XskRedirect`] and a
+//! [`shield::VipShield`] detach on drop; the decap filter is explicitly persistent and removed
+//! with [`decap::detach`].
 //!
 //! # Example
 //!
@@ -52,13 +56,14 @@ pub mod helper;
 pub mod map;
 pub mod netlink;
 pub mod prog;
+pub mod shield;
 pub mod sys;
 pub mod xsk;
 
 use std::io;
 
 pub use map::{Map, MapType};
-pub use prog::{ProgType, Program, XdpLink, XdpMode};
+pub use prog::{ProgType, Program, TcxLink, XdpLink, XdpMode};
 
 /// What went wrong, and where.
 #[derive(Debug, thiserror::Error)]

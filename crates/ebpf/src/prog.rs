@@ -1,11 +1,15 @@
 //! Loading programs (`BPF_PROG_LOAD`, with the verifier's log in the error when it rejects one),
-//! running them on test packets (`BPF_PROG_TEST_RUN`), and attaching XDP programs with a BPF link.
+//! running them on test packets (`BPF_PROG_TEST_RUN`), and attaching XDP and tcx programs with a
+//! BPF link.
 //!
 //! XDP attachment uses `BPF_LINK_CREATE` rather than netlink's `IFLA_XDP`: a link belongs to its
 //! file descriptor, so the program is detached when the owner drops it *or dies* (a crashed
 //! balancer leaves no stale program behind steering VIP traffic into a closed socket), and the
 //! kernel refuses (`EBUSY`) to attach over a program someone else attached, instead of silently
-//! replacing it. The tc decapsulation program uses netlink instead (see [`crate::netlink`]),
+//! replacing it. tc programs that belong to a running process (the AF_PACKET port's VIP shield,
+//! [`crate::shield`]) attach the same way through a tcx link ([`TcxLink`], Linux ≥ 6.6), which
+//! runs them before the classic tc filters and keeps them beside other programs instead of
+//! replacing them. The tc decapsulation program uses netlink instead (see [`crate::netlink`]),
 //! because it must outlive the command that installs it.
 
 use crate::asm::{self, Insn};
@@ -38,6 +42,10 @@ impl ProgType {
 
 /// `BPF_XDP` in `enum bpf_attach_type`.
 const BPF_XDP: u32 = 37;
+/// `BPF_TCX_INGRESS` in `enum bpf_attach_type`.
+const BPF_TCX_INGRESS: u32 = 46;
+/// `BPF_TCX_EGRESS` in `enum bpf_attach_type`.
+const BPF_TCX_EGRESS: u32 = 47;
 
 /// The license declared to the kernel. None of the helpers used is GPL-only.
 pub const LICENSE: &str = "MIT OR Apache-2.0";
@@ -255,6 +263,77 @@ impl XdpLink {
 impl Drop for XdpLink {
     fn drop(&mut self) {
         // Fails only if the interface is already gone (the kernel then detached it itself).
+        let _ = sys::link_detach(self.fd.as_fd());
+    }
+}
+
+/// A tc (`SCHED_CLS`) program attached to an interface's ingress or egress through a tcx BPF link
+/// (`BPF_LINK_CREATE` with `BPF_TCX_INGRESS` / `BPF_TCX_EGRESS`, Linux ≥ 6.6): detached when
+/// dropped, or when the process exits, like [`XdpLink`]. It runs before the classic tc filters of
+/// a `clsact` qdisc; it returns the [`crate::helper::tcx`] codes. Other tcx programs on the
+/// interface stay (this one is appended after them).
+#[derive(Debug)]
+pub struct TcxLink {
+    fd: OwnedFd,
+    ifindex: u32,
+    ingress: bool,
+}
+
+impl TcxLink {
+    /// Attach `prog` to the ingress (or egress) of interface `ifindex` (in the calling thread's
+    /// network namespace). Kernels before 6.6 refuse with `EINVAL`.
+    pub fn attach(prog: &Program, ifindex: u32, ingress: bool) -> Result<TcxLink> {
+        if prog.prog_type != ProgType::SchedCls {
+            return Err(Error::Invalid(format!(
+                "program {} is not a tc (SCHED_CLS) program",
+                prog.name
+            )));
+        }
+        let (attach_type, dir) = if ingress {
+            (BPF_TCX_INGRESS, "ingress")
+        } else {
+            (BPF_TCX_EGRESS, "egress")
+        };
+        let fd = sys::link_create(prog.as_fd(), ifindex, attach_type, 0).map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EINVAL) => " (tcx links need Linux 6.6 or later)",
+                _ => "",
+            };
+            Error::sys(
+                format!(
+                    "attaching tc program {} to the {dir} of ifindex {ifindex} with a tcx link{hint}",
+                    prog.name
+                ),
+                e,
+            )
+        })?;
+        Ok(TcxLink {
+            fd,
+            ifindex,
+            ingress,
+        })
+    }
+
+    /// The interface.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Ingress (true) or egress.
+    pub fn ingress(&self) -> bool {
+        self.ingress
+    }
+
+    /// The link's descriptor.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for TcxLink {
+    fn drop(&mut self) {
+        // Explicit, for the same reason as XdpLink's: a forked child may hold a copy of the
+        // descriptor. Fails only if the interface is already gone.
         let _ = sys::link_detach(self.fd.as_fd());
     }
 }

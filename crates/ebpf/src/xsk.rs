@@ -7,6 +7,8 @@
 //!  ethertype IPv4 → key = ::ffff:dst  (20-byte header)    other ethertype → PASS ("not IP")
 //!  ethertype IPv6 → key = dst         (40-byte header)
 //!  lookup key in the VIP hash map                         absent → PASS ("not VIP")
+//!  stamp: bpf_ktime_get_ns() into 8 bytes of metadata     (bpf_xdp_adjust_meta(ctx, -8); skipped
+//!         in front of the frame                            if the driver has no metadata room)
 //!  bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)       → REDIRECT ("to socket"), or PASS when
 //!                                                           the queue has no socket ("no socket")
 //! ```
@@ -17,6 +19,22 @@
 //!
 //! Every packet access is preceded by a bounds check against `data_end`, the form the verifier
 //! needs (`r4 = r2 + N; if r4 > data_end goto ...`).
+//!
+//! # Receive stamps
+//!
+//! Before the redirect, the program reads `bpf_ktime_get_ns()` (`CLOCK_MONOTONIC`, the clock the
+//! engine's ports stamp packets with) and stores it as a native-endian u64 in [`META_LEN`] bytes
+//! of XDP metadata it opens in front of the frame (`bpf_xdp_adjust_meta(ctx, -8)`, then a bounds
+//! check `data_meta + 8 <= data` on freshly loaded pointers: the helper invalidates the old
+//! ones). An AF_XDP socket in copy mode copies the metadata with the frame (`__xsk_rcv` copies
+//! from `data_meta`), so the stamp lies in the 8 bytes of the UMEM right before the descriptor's
+//! address; in zero-copy mode the program writes it there itself. The frame is received at
+//! `XDP_PACKET_HEADROOM` (256 bytes) past its chunk's start (plus the UMEM's own headroom), so
+//! those 8 bytes are always inside the frame's chunk. A frame the helper refused to stamp
+//! carries no metadata; user space zeroes the slot before giving a chunk back to the fill ring,
+//! so it reads 0 ("no stamp") rather than a stale time. Frames that go to the kernel (PASS) were
+//! not stamped, except VIP frames of a queue with no socket, whose skb then carries 8 bytes of
+//! metadata nobody reads.
 //!
 //! [`XskRedirect`] owns the maps, the program and the attachment: several AF_XDP sockets of one
 //! interface (one per queue) share one `XskRedirect`.
@@ -30,6 +48,7 @@
 //!
 //! ```text
 //!  data + 14 > data_end                                   → PASS (count "malformed")
+//!  stamp (as above)
 //!  bpf_redirect_map(xsks, rx_queue_index, XDP_PASS)       → REDIRECT ("to socket"), or PASS when
 //!                                                           the queue has no socket ("no socket")
 //! ```
@@ -37,7 +56,9 @@
 //! The same counters and maps are used (the VIP map exists but is not consulted), so the AF_XDP
 //! port code is the same for both.
 
-use crate::asm::{Asm, AsmError, Cond, Insn, Label, Size, R0, R1, R10, R2, R3, R4, R5, R6, R8, R9};
+use crate::asm::{
+    Asm, AsmError, Cond, Insn, Label, Size, R0, R1, R10, R2, R3, R4, R5, R6, R7, R8, R9,
+};
 use crate::map::{Map, MapType, Update};
 use crate::prog::{ProgType, Program, XdpLink, XdpMode};
 use crate::{helper, Error, Result};
@@ -91,6 +112,10 @@ pub fn key_vip(key: [u8; 16]) -> IpAddr {
         None => IpAddr::V6(v6),
     }
 }
+
+/// Bytes of XDP metadata the programs put in front of a steered frame: the receive stamp, a
+/// native-endian u64 of `CLOCK_MONOTONIC` ns (see the module docs).
+pub const META_LEN: usize = 8;
 
 /// Ethertypes as a little-endian 16-bit load of the wire bytes sees them.
 const ETH_IPV4_LE: i32 = 0x0008;
@@ -188,9 +213,30 @@ pub fn program_all(xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmE
     a.finish()
 }
 
-/// The end both programs share: redirect to the socket of the frame's queue (`XDP_PASS` if it has
-/// none), bump the per-CPU counter in R9 (`counter_slot`: a free 4-byte stack slot for its key),
-/// return R8. Binds the `malformed`, `out` and `ret` labels the caller jumps to.
+/// Store `bpf_ktime_get_ns()` in [`META_LEN`] bytes of metadata in front of the frame (R6 = ctx;
+/// clobbers R0-R5 and R7; every packet pointer the caller held is invalid afterwards). If the
+/// driver has no room for metadata the frame goes on unstamped.
+fn stamp(a: &mut Asm) {
+    let done = a.label();
+    a.call(helper::KTIME_GET_NS);
+    a.mov64(R7, R0);
+    a.mov64(R1, R6);
+    a.mov64(R2, -(META_LEN as i32));
+    a.call(helper::XDP_ADJUST_META);
+    a.jmp(Cond::Ne, R0, 0, done);
+    a.load(Size::W, R2, R6, 8); // data_meta, after the adjustment
+    a.load(Size::W, R3, R6, 0); // data
+    a.mov64(R4, R2);
+    a.add64(R4, META_LEN as i32);
+    a.jmp(Cond::Gt, R4, R3, done);
+    a.store(Size::DW, R2, 0, R7);
+    a.bind(done);
+}
+
+/// The end both programs share: stamp the frame, redirect it to the socket of its queue
+/// (`XDP_PASS` if it has none), bump the per-CPU counter in R9 (`counter_slot`: a free 4-byte
+/// stack slot for its key), return R8. Binds the `malformed`, `out` and `ret` labels the caller
+/// jumps to.
 fn redirect_and_count(
     a: &mut Asm,
     xsks: i32,
@@ -198,6 +244,7 @@ fn redirect_and_count(
     [malformed, out, ret]: [Label; 3],
     counter_slot: i16,
 ) {
+    stamp(a);
     a.ld_map_fd(R1, xsks);
     a.load(Size::W, R2, R6, 16); // rx_queue_index
     a.mov64(R3, helper::xdp::PASS); // fallback when the queue has no socket
@@ -400,46 +447,12 @@ impl XskRedirect {
     /// VIP present before and after is never missing in between. Returns (added, removed).
     pub fn set_vips(&self, vips: &[IpAddr]) -> Result<(usize, usize)> {
         let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
-        let want: std::collections::HashSet<[u8; 16]> = vips.iter().map(|&v| vip_key(v)).collect();
-        let have: std::collections::HashSet<[u8; 16]> = self
-            .vips
-            .keys()?
-            .into_iter()
-            .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
-            .collect();
-        let mut added = 0;
-        for k in want.difference(&have) {
-            self.vips
-                .update(k, &1u32.to_ne_bytes(), Update::Any)
-                .map_err(|e| {
-                    e.context(format!(
-                        "adding VIP {} (the map holds {} VIPs at most)",
-                        key_vip(*k),
-                        self.vips.max_entries()
-                    ))
-                })?;
-            added += 1;
-        }
-        let mut removed = 0;
-        for k in have.difference(&want) {
-            if self.vips.delete(k)? {
-                removed += 1;
-            }
-        }
-        Ok((added, removed))
+        replace_vips(&self.vips, vips)
     }
 
     /// The current VIPs.
     pub fn vips(&self) -> Result<Vec<IpAddr>> {
-        let mut v: Vec<IpAddr> = self
-            .vips
-            .keys()?
-            .into_iter()
-            .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
-            .map(key_vip)
-            .collect();
-        v.sort();
-        Ok(v)
+        list_vips(&self.vips)
     }
 
     /// The program's counters, summed over CPUs.
@@ -453,6 +466,49 @@ impl XskRedirect {
             malformed: c(counter::MALFORMED)?,
         })
     }
+}
+
+/// Make the keys of a VIP map (16-byte keys, see [`vip_key`]; u32 values) exactly `vips`: adds
+/// the new ones first, then removes the old ones, so a VIP present before and after is never
+/// missing in between. Returns (added, removed). The caller serialises updates.
+pub(crate) fn replace_vips(map: &Map, vips: &[IpAddr]) -> Result<(usize, usize)> {
+    let want: std::collections::HashSet<[u8; 16]> = vips.iter().map(|&v| vip_key(v)).collect();
+    let have: std::collections::HashSet<[u8; 16]> = map
+        .keys()?
+        .into_iter()
+        .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
+        .collect();
+    let mut added = 0;
+    for k in want.difference(&have) {
+        map.update(k, &1u32.to_ne_bytes(), Update::Any)
+            .map_err(|e| {
+                e.context(format!(
+                    "adding VIP {} (the map holds {} VIPs at most)",
+                    key_vip(*k),
+                    map.max_entries()
+                ))
+            })?;
+        added += 1;
+    }
+    let mut removed = 0;
+    for k in have.difference(&want) {
+        if map.delete(k)? {
+            removed += 1;
+        }
+    }
+    Ok((added, removed))
+}
+
+/// The addresses in a VIP map, sorted.
+pub(crate) fn list_vips(map: &Map) -> Result<Vec<IpAddr>> {
+    let mut v: Vec<IpAddr> = map
+        .keys()?
+        .into_iter()
+        .filter_map(|k| <[u8; 16]>::try_from(k.as_slice()).ok())
+        .map(key_vip)
+        .collect();
+    v.sort();
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -470,6 +526,16 @@ mod tests {
         assert_eq!(key_vip(vip_key(v6)), v6);
     }
 
+    /// The stamp comes before the redirect, and its store is guarded by the metadata bounds check.
+    fn check_stamp(d: &str) {
+        let at = |needle: &str| d.find(needle).unwrap_or_else(|| panic!("{needle} in\n{d}"));
+        assert!(at("call bpf_ktime_get_ns") < at("call bpf_xdp_adjust_meta"));
+        assert!(at("call bpf_xdp_adjust_meta") < at("r2 = *(u32 *)(r6 +8)"));
+        assert!(at("r2 = *(u32 *)(r6 +8)") < at("*(u64 *)(r2 +0) = r7"));
+        assert!(at("*(u64 *)(r2 +0) = r7") < at("call bpf_redirect_map"));
+        assert!(d.contains("r2 = -8"), "{d}");
+    }
+
     #[test]
     fn program_assembles() {
         let p = program(3, 4, 5).unwrap();
@@ -477,15 +543,17 @@ mod tests {
         let d = crate::asm::disassemble(&p);
         assert!(d.contains("call bpf_redirect_map"));
         assert_eq!(d.matches("map_fd(").count(), 3);
+        check_stamp(&d);
     }
 
     #[test]
     fn all_program_assembles_without_the_vip_map() {
         let p = program_all(4, 5).unwrap();
-        assert!(p.len() < 40, "{} slots", p.len());
+        assert!(p.len() < 48, "{} slots", p.len());
         let d = crate::asm::disassemble(&p);
         assert!(d.contains("call bpf_redirect_map"));
         assert!(!d.contains("map_fd(3)"));
         assert_eq!(d.matches("map_fd(").count(), 2);
+        check_stamp(&d);
     }
 }

@@ -14,6 +14,17 @@ use fp_wire::ethernet::MacAddr;
 use proptest::prelude::*;
 use std::net::IpAddr;
 
+/// `CLOCK_MONOTONIC` in ns: the clock `bpf_ktime_get_ns` reads.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec that outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn need_root() {
     if let Some(why) = fp_ebpf::privilege_problem() {
         panic!("this test loads eBPF programs and cannot run: {why}");
@@ -266,6 +277,29 @@ fn tag(frame: &[u8], tpid: u16, vid: u16) -> Vec<u8> {
     f
 }
 
+/// Split a test run's output into the receive stamp and the frame. `BPF_PROG_TEST_RUN` returns
+/// the packet from `data_meta` on, so a frame the program stamped comes back with the
+/// [`xsk::META_LEN`]-byte stamp in front. Checks that the frame itself is unchanged and that the
+/// stamp is a `CLOCK_MONOTONIC` reading taken during the run (`before..=after`).
+fn unstamp(name: &str, out: &[u8], frame: &[u8], before: u64, after: u64) -> Option<u64> {
+    if out.len() == frame.len() {
+        assert_eq!(out, frame, "{name}: the program never writes the frame");
+        return None;
+    }
+    assert_eq!(out.len(), frame.len() + xsk::META_LEN, "{name}: {out:02x?}");
+    assert_eq!(
+        &out[xsk::META_LEN..],
+        frame,
+        "{name}: the program never writes the frame"
+    );
+    let stamp = u64::from_ne_bytes(out[..xsk::META_LEN].try_into().unwrap());
+    assert!(
+        (before..=after).contains(&stamp),
+        "{name}: stamp {stamp} outside the run {before}..={after}"
+    );
+    Some(stamp)
+}
+
 #[test]
 fn xsk_redirect_program_outcomes() {
     need_root();
@@ -280,15 +314,17 @@ fn xsk_redirect_program_outcomes() {
     let mut arp = vec![0xffu8; 6];
     arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
     arp.extend_from_slice(&[0u8; 28]);
-    let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("arp", arp),
-        ("v4 other", udp_frame("10.0.0.1", "10.0.0.2")),
-        ("v4 vip", udp_frame("10.0.0.1", "203.0.113.10")),
-        ("v6 vip", udp_frame("2001:db8::1", "2001:db8::10")),
-        ("v6 other", udp_frame("2001:db8::1", "2001:db8::11")),
+    // (name, frame, stamped: steered towards a socket, so it carries a receive stamp)
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("arp", arp, false),
+        ("v4 other", udp_frame("10.0.0.1", "10.0.0.2"), false),
+        ("v4 vip", udp_frame("10.0.0.1", "203.0.113.10"), true),
+        ("v6 vip", udp_frame("2001:db8::1", "2001:db8::10"), true),
+        ("v6 other", udp_frame("2001:db8::1", "2001:db8::11"), false),
         (
             "dot1q vip",
             tag(&udp_frame("10.0.0.1", "203.0.113.10"), 0x8100, 5),
+            true,
         ),
         (
             "qinq vip",
@@ -297,17 +333,30 @@ fn xsk_redirect_program_outcomes() {
                 0x88a8,
                 7,
             ),
+            true,
         ),
-        ("truncated ip", {
-            let f = udp_frame("10.0.0.1", "203.0.113.10");
-            f[..30].to_vec()
-        }),
+        (
+            "truncated ip",
+            {
+                let f = udp_frame("10.0.0.1", "203.0.113.10");
+                f[..30].to_vec()
+            },
+            false,
+        ),
     ];
-    for (name, f) in &cases {
+    let mut last = 0;
+    for (name, f, stamped) in &cases {
+        let before = monotonic_ns();
         let (ret, out) = p.test_run(f).unwrap();
+        let after = monotonic_ns();
         // No socket is bound in a test run: VIP frames fall back to XDP_PASS.
         assert_eq!(ret, pass, "{name}");
-        assert_eq!(&out, f, "{name}: the program never writes the frame");
+        let stamp = unstamp(name, &out, f, before, after);
+        assert_eq!(stamp.is_some(), *stamped, "{name}: stamp {stamp:?}");
+        if let Some(t) = stamp {
+            assert!(t >= last, "{name}: stamps go forward");
+            last = t;
+        }
     }
     let s = r.stats().unwrap();
     assert_eq!(
@@ -353,9 +402,14 @@ fn xsk_steer_all_program_outcomes() {
     ];
     for f in &frames {
         // No socket is bound in a test run: the redirect falls back to XDP_PASS.
+        let before = monotonic_ns();
         let (ret, out) = p.test_run(f).unwrap();
+        let after = monotonic_ns();
         assert_eq!(ret, pass);
-        assert_eq!(&out, f, "the program never writes the frame");
+        assert!(
+            unstamp("steer all", &out, f, before, after).is_some(),
+            "every steered frame is stamped"
+        );
     }
     let s = r.stats().unwrap();
     assert_eq!(
@@ -375,26 +429,217 @@ proptest! {
     /// and counts every frame exactly once.
     #[test]
     fn xsk_program_total_on_random_frames(frames in prop::collection::vec(
-        (prop::collection::vec(any::<u8>(), 14..120), 0usize..4), 1..8)) {
+        (prop::collection::vec(any::<u8>(), 14..120), 0usize..5), 1..8)) {
         need_root();
         let r = XskRedirect::load(4, 1).unwrap();
         r.set_vips(&["10.1.2.3".parse().unwrap()]).unwrap();
+        let mut stamped = 0u64;
         for (mut f, kind) in frames.clone() {
             // Steer some frames into the interesting ethertypes.
             match kind {
                 1 => { f[12] = 0x08; f[13] = 0x00; }
                 2 => { f[12] = 0x86; f[13] = 0xdd; }
                 3 => { f[12] = 0x81; f[13] = 0x00; }
+                // IPv4 to the VIP when the header fits (steered, so stamped).
+                4 => {
+                    f[12] = 0x08; f[13] = 0x00;
+                    if let Some(d) = f.get_mut(30..34) { d.copy_from_slice(&[10, 1, 2, 3]); }
+                }
                 _ => {}
             }
             let (ret, out) = r.program().test_run(&f).unwrap();
             prop_assert_eq!(ret, fp_ebpf::helper::xdp::PASS as u32);
-            prop_assert_eq!(out, f);
+            // A frame to the VIP comes back behind its receive stamp; any other, as it was.
+            let body = if out.len() == f.len() + xsk::META_LEN { &out[xsk::META_LEN..] } else { &out[..] };
+            prop_assert_eq!(body, &f[..]);
+            stamped += u64::from(out.len() != f.len());
         }
         let s = r.stats().unwrap();
         prop_assert_eq!(s.not_ip + s.not_vip + s.to_socket + s.no_socket + s.malformed,
                         frames.len() as u64);
+        prop_assert_eq!(stamped, s.to_socket + s.no_socket, "exactly the steered frames are stamped");
     }
+}
+
+// ---------- tc VIP shield (AF_PACKET) ----------
+
+/// The shield drops frames to a destination in its map (v4 and v6, untagged and with in-band
+/// tags), lets everything else go on to the next tc program (`TCX_NEXT`), never changes a frame,
+/// and passes truncated frames; the map follows `set_vips`.
+#[test]
+fn shield_program_outcomes() {
+    need_root();
+    use fp_ebpf::helper::tcx;
+    use fp_ebpf::shield::{self, VipShield};
+    let sh = VipShield::load(16).unwrap();
+    let vip4: IpAddr = "203.0.113.10".parse().unwrap();
+    let vip6: IpAddr = "2001:db8::10".parse().unwrap();
+    assert_eq!(sh.set_vips(&[vip6, vip4]).unwrap(), (2, 0));
+    assert_eq!(sh.vips().unwrap(), vec![vip4, vip6]);
+    assert_eq!(sh.attachment(), None);
+    let (next, drop) = (tcx::NEXT as u32, tcx::DROP as u32);
+
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let mut lldp = vec![0x01, 0x80, 0xc2, 0, 0, 0x0e, 2, 0, 0, 0, 0, 1, 0x88, 0xcc];
+    lldp.extend_from_slice(&[0u8; 46]);
+    let tcp4 = craft::tcp(&Endpoints::new("10.0.0.1", 4000, "203.0.113.10", 80), true);
+    let tcp6 = craft::tcp(
+        &Endpoints::new("2001:db8::1", 4000, "2001:db8::10", 80),
+        true,
+    );
+    let dot1q = tag(&udp_frame("10.0.0.1", "203.0.113.10"), 0x8100, 5);
+    let qinq = tag(
+        &tag(&udp_frame("2001:db8::1", "2001:db8::10"), 0x8100, 5),
+        0x88a8,
+        7,
+    );
+    let cases: Vec<(&str, Vec<u8>, u32)> = vec![
+        ("v4 vip udp", udp_frame("10.0.0.1", "203.0.113.10"), drop),
+        ("v4 vip tcp", tcp4, drop),
+        ("v6 vip udp", udp_frame("2001:db8::1", "2001:db8::10"), drop),
+        ("v6 vip tcp", tcp6, drop),
+        ("dot1q v4 vip", dot1q.clone(), drop),
+        ("qinq v6 vip", qinq.clone(), drop),
+        ("v4 other", udp_frame("10.0.0.1", "10.0.0.2"), next),
+        (
+            "v4 from the vip",
+            udp_frame("203.0.113.10", "10.0.0.2"),
+            next,
+        ),
+        ("v6 other", udp_frame("2001:db8::1", "2001:db8::11"), next),
+        ("arp", arp, next),
+        ("lldp", lldp, next),
+        (
+            "dot1q truncated in the ip header",
+            dot1q[..30].to_vec(),
+            next,
+        ),
+        ("qinq truncated in the inner tag", qinq[..20].to_vec(), next),
+        (
+            "qinq truncated in the ipv6 header",
+            qinq[..60].to_vec(),
+            next,
+        ),
+    ];
+    for (name, f, want) in &cases {
+        let (ret, out) = sh.program().test_run(f).unwrap();
+        assert_eq!(ret, *want, "{name}");
+        assert_eq!(&out, f, "{name}: the program never writes the frame");
+    }
+    assert_eq!(
+        sh.stats().unwrap(),
+        shield::ShieldStats {
+            not_ip: 2,
+            not_vip: 3,
+            dropped: 6,
+            malformed: 3,
+        }
+    );
+    // A frame whose ethertype promises IPv4 but that ends inside the Ethernet payload: the
+    // kernel's test run may refuse to build it; if it runs, the frame passes.
+    let short = udp_frame("10.0.0.1", "203.0.113.10")[..20].to_vec();
+    match sh.program().test_run(&short) {
+        Ok((ret, _)) => assert_eq!(ret, next),
+        Err(e) => assert_eq!(e.errno(), Some(libc_einval()), "{e}"),
+    }
+
+    // Replacing the set: the removed VIP's frames go on to the stack, the kept one's are dropped.
+    assert_eq!(sh.set_vips(&[vip4]).unwrap(), (0, 1));
+    let f6 = udp_frame("2001:db8::1", "2001:db8::10");
+    assert_eq!(sh.program().test_run(&f6).unwrap().0, next);
+    let f4 = udp_frame("10.0.0.1", "203.0.113.10");
+    assert_eq!(sh.program().test_run(&f4).unwrap().0, drop);
+    assert_eq!(sh.set_vips(&[]).unwrap(), (0, 1));
+    assert_eq!(sh.program().test_run(&f4).unwrap().0, next);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// Whatever the bytes, the shield returns NEXT or DROP, never writes the frame, drops exactly
+    /// the frames whose IPv4/IPv6 destination (after up to two tags) is in the map, and counts
+    /// every frame once.
+    #[test]
+    fn shield_program_matches_model(frames in prop::collection::vec(
+        (prop::collection::vec(any::<u8>(), 14..120), 0usize..6), 1..8)) {
+        need_root();
+        use fp_ebpf::helper::tcx;
+        thread_local! {
+            static SHIELD: fp_ebpf::shield::VipShield = {
+                let s = fp_ebpf::shield::VipShield::load(4).unwrap();
+                s.set_vips(&["10.1.2.3".parse().unwrap(), "2001:db8::7".parse().unwrap()]).unwrap();
+                s
+            };
+        }
+        let v6: [u8; 16] = "2001:db8::7".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let mut run = 0u64;
+        let before = SHIELD.with(|s| s.stats().unwrap());
+        for (mut f, kind) in frames {
+            match kind {
+                1 => { f[12] = 0x08; f[13] = 0x00; if let Some(d) = f.get_mut(30..34) { d.copy_from_slice(&[10, 1, 2, 3]); } }
+                2 => { f[12] = 0x86; f[13] = 0xdd; if let Some(d) = f.get_mut(38..54) { d.copy_from_slice(&v6); } }
+                3 => { f[12] = 0x81; f[13] = 0x00; if f.len() > 17 { f[16] = 0x08; f[17] = 0x00; }
+                       if let Some(d) = f.get_mut(34..38) { d.copy_from_slice(&[10, 1, 2, 3]); } }
+                4 => { f[12] = 0x86; f[13] = 0xdd; }
+                _ => {}
+            }
+            let want = shield_model(&f, &v6);
+            let r = SHIELD.with(|s| s.program().test_run(&f));
+            let l3_min = match (f[12], f[13]) { (0x08, 0x00) => 20, (0x86, 0xdd) => 40, _ => 0 };
+            if f.len() < 14 + l3_min {
+                // The kernel refuses to build an skb shorter than its ethertype's fixed header.
+                prop_assert!(matches!(r, Err(ref e) if e.errno() == Some(libc_einval())), "{:?}", r);
+                continue;
+            }
+            let (ret, out) = r.unwrap();
+            run += 1;
+            prop_assert_eq!(&out, &f);
+            prop_assert_eq!(ret, if want { tcx::DROP as u32 } else { tcx::NEXT as u32 }, "{:02x?}", f);
+        }
+        let after = SHIELD.with(|s| s.stats().unwrap());
+        let counted = (after.not_ip + after.not_vip + after.dropped + after.malformed)
+            - (before.not_ip + before.not_vip + before.dropped + before.malformed);
+        prop_assert_eq!(counted, run);
+    }
+}
+
+/// The shield's rule, written independently of the program: drop when the destination address
+/// after up to two 802.1Q/802.1ad tags is 10.1.2.3 or `v6`.
+fn shield_model(f: &[u8], v6: &[u8; 16]) -> bool {
+    let mut at = 12;
+    for _ in 0..3 {
+        let Some(t) = f.get(at..at + 2) else {
+            return false;
+        };
+        match (t[0], t[1]) {
+            (0x81, 0x00) | (0x88, 0xa8) if at < 20 => at += 4,
+            (0x08, 0x00) => {
+                return f
+                    .get(at + 2..at + 22)
+                    .is_some_and(|ip| ip[16..20] == [10, 1, 2, 3])
+            }
+            (0x86, 0xdd) => return f.get(at + 2..at + 42).is_some_and(|ip| &ip[24..40] == v6),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Attaching to an interface that does not exist fails with an error naming it, through both
+/// attachment kinds, and leaves the shield detached.
+#[test]
+fn shield_attach_to_a_missing_interface_is_refused_cleanly() {
+    need_root();
+    use fp_ebpf::shield::{AttachChoice, VipShield};
+    let mut sh = VipShield::load(4).unwrap();
+    for how in [AttachChoice::Auto, AttachChoice::Tcx, AttachChoice::Filter] {
+        let e = sh.attach(999_999, how).unwrap_err();
+        assert!(e.to_string().contains("ifindex 999999"), "{how:?}: {e}");
+        assert_eq!(sh.attachment(), None);
+    }
+    sh.detach().unwrap();
 }
 
 // ---------- tc decapsulation program ----------

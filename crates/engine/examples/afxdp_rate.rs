@@ -3,7 +3,7 @@
 //! with `BPF_PROG_TEST_RUN`).
 //!
 //! ```text
-//! cargo build --release -p fp-ebpf --example afxdp_rate
+//! cargo build --release -p fp-engine --example afxdp_rate
 //! flock /tmp/flowplane-bench.lock target/release/examples/afxdp_rate [SECONDS]
 //! ```
 //!

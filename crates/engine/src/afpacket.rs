@@ -28,6 +28,16 @@
 //! come back from `PACKET_STATISTICS` (which resets on read, so the port accumulates them) into
 //! [`PortStats::rx_dropped`].
 //!
+//! # Receive times
+//! Every frame gets its own [`Packet::ts_ns`]: the kernel's software receive stamp of that frame
+//! (`tp_sec`/`tp_nsec` of its `tpacket3_hdr`, taken when the frame reached the socket's tap,
+//! `CLOCK_REALTIME`), converted to `CLOCK_MONOTONIC` — the clock the engine's driver and the
+//! pipeline's timeouts run on — with one offset per burst (`monotonic − realtime`, two vDSO reads,
+//! no system call). So a stage sees the gaps between the frames of one burst (a Flowlet balancer
+//! needs them), which a single clock reading per burst would erase. Each stamp is clamped to be
+//! no earlier than the port's previous one (a realtime clock step must not reorder time) and no
+//! later than the burst's monotonic reading; a frame without a stamp gets that reading.
+//!
 //! # Fan-out
 //! With [`AfPacketConfig::fanout_group`] (or [`AfPacketPort::open_fanout`]), N sockets on one
 //! interface form a `PACKET_FANOUT` group and the kernel spreads frames over them — by default
@@ -43,6 +53,14 @@
 //! *leaving* the interface out of the ring: neither the port's own transmissions nor the host
 //! stack's. Frames are never seen before the socket is bound to the interface: it is created with
 //! protocol 0 (receives nothing) and bound with `ETH_P_ALL` only after the ring exists.
+//!
+//! # What the host's stack does not receive
+//! The socket gets a copy of each frame; the host's stack still gets the original and would
+//! answer frames to a VIP it does not hold (ICMPv6 "unreachable route", RSTs) or forward them.
+//! [`AfPacketDriver`] therefore attaches a tc ingress program for
+//! [`Capture::Destinations`](crate::live::Capture::Destinations) that drops those frames after
+//! the sockets (taps, served before tc ingress) have received them ([`fp_ebpf::shield`]). A port
+//! opened directly with [`AfPacketPort::open`] attaches nothing.
 //!
 //! # Checksums: `TP_STATUS_CSUMNOTREADY`
 //! A frame the kernel sent on a veth (or any device with TX checksum offload) carries only the
@@ -135,17 +153,6 @@ impl FanoutMode {
     }
 }
 
-/// Where [`Packet::ts_ns`] comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Timestamps {
-    /// `CLOCK_MONOTONIC`, read once per burst (vDSO, no system call): never jumps, which the
-    /// pipeline's timeouts need.
-    #[default]
-    Monotonic,
-    /// The kernel's per-frame receive time (`CLOCK_REALTIME`, ns resolution): for captures.
-    Kernel,
-}
-
 /// Settings of an [`AfPacketPort`].
 #[derive(Clone, Debug)]
 pub struct AfPacketConfig {
@@ -173,8 +180,6 @@ pub struct AfPacketConfig {
     pub qdisc_bypass: bool,
     /// Complete partial TCP/UDP checksums (`TP_STATUS_CSUMNOTREADY`) on receive.
     pub complete_checksums: bool,
-    /// Receive timestamps.
-    pub timestamps: Timestamps,
     /// Stamped into [`Packet::port`] of every received packet (the ingress port index).
     pub port_id: u16,
     /// How long a transmit may wait for socket buffer space before the rest of its burst is
@@ -208,7 +213,6 @@ impl Default for AfPacketConfig {
             ignore_outgoing: true,
             qdisc_bypass: true,
             complete_checksums: true,
-            timestamps: Timestamps::Monotonic,
             port_id: 0,
             tx_wait: Duration::from_millis(1),
             sndbuf: None,
@@ -289,6 +293,8 @@ pub struct AfPacketPort {
     st: AfPacketStats,
     /// Kernel drop/freeze counters accumulated by `stats()` (which takes `&self`).
     kernel: Cell<(u64, u64)>,
+    /// The last receive stamp handed out: stamps never go back.
+    last_ts: u64,
 }
 
 fn cfg_err(s: String) -> AfPacketError {
@@ -430,6 +436,7 @@ impl AfPacketPort {
             cur: Cursor::default(),
             st: AfPacketStats::default(),
             kernel: Cell::new((0, 0)),
+            last_ts: 0,
         })
     }
 
@@ -566,6 +573,20 @@ fn frame_at(block: &[u8], off: usize) -> Option<FrameRef> {
     })
 }
 
+/// The receive stamp of a frame on the monotonic clock: the kernel's realtime stamp `frame_real`
+/// (0: none) moved by `offset` (`monotonic − realtime`, read once per burst), clamped to
+/// `last..=now` so stamps never go back and never pass the burst's clock reading `now`.
+#[inline]
+fn receive_stamp(frame_real: u64, offset: i64, last: u64, now: u64) -> u64 {
+    let t = i64::try_from(frame_real)
+        .ok()
+        .filter(|&r| r > 0)
+        .and_then(|r| u64::try_from(r.saturating_add(offset)).ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(now);
+    t.max(last).min(now)
+}
+
 /// Complete the L4 checksum of a `CHECKSUM_PARTIAL` frame. Returns whether it was completed.
 #[inline(never)]
 fn complete_checksum(frame: &mut [u8]) -> bool {
@@ -581,8 +602,9 @@ impl Port for AfPacketPort {
     }
 
     fn rx_burst(&mut self, pool: &mut Pool, out: &mut Vec<Packet>, max: usize) -> usize {
-        // Read once per burst, and only when a frame is there (an idle worker polls often).
-        let mut now = 0;
+        // (monotonic now, monotonic − realtime): read once per burst, and only when a frame is
+        // there (an idle worker polls often).
+        let mut clock: Option<(u64, i64)> = None;
         let mut n = 0;
         // Bounded: each pass either delivers a frame, drops one, or leaves a block.
         while n < max {
@@ -625,15 +647,13 @@ impl Port for AfPacketPort {
                     }
                 }
                 p.set_len(len);
-                p.ts_ns = match self.cfg.timestamps {
-                    Timestamps::Monotonic => {
-                        if now == 0 {
-                            now = crate::sys::monotonic_ns();
-                        }
-                        now
-                    }
-                    Timestamps::Kernel => f.ts_ns,
-                };
+                let (now, offset) = *clock.get_or_insert_with(|| {
+                    let real = crate::sys::realtime_ns();
+                    let mono = crate::sys::monotonic_ns();
+                    (mono, (mono as i64).wrapping_sub(real as i64))
+                });
+                p.ts_ns = receive_stamp(f.ts_ns, offset, self.last_ts, now);
+                self.last_ts = p.ts_ns;
                 p.port = self.cfg.port_id;
                 if f.status & libc::TP_STATUS_CSUMNOTREADY != 0 {
                     self.st.rx_csum_partial += 1;
@@ -716,8 +736,16 @@ impl std::fmt::Debug for AfPacketPort {
 
 /// The AF_PACKET port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker in
 /// a `PACKET_FANOUT_HASH` group, so the kernel's flow hash spreads flows over the workers. It
-/// delivers every frame of the interface (it cannot filter by destination; the application
-/// does), promiscuously when every frame is asked for.
+/// delivers every frame of the interface to the application (it cannot filter by destination;
+/// the application does), promiscuously when every frame is asked for.
+///
+/// With [`Capture::Destinations`](crate::live::Capture::Destinations) it also shields the host's
+/// own stack from those destinations: a tc ingress program ([`fp_ebpf::shield`], attached through
+/// a tcx link, else a `clsact` filter) drops frames addressed to them after the sockets — taps,
+/// served before tc ingress — have received them, so the host neither answers VIP traffic
+/// (ICMPv6 "unreachable route" for an IPv6 VIP it has no route for, RSTs for a VIP on its
+/// loopback) nor forwards it. The returned control's destination setter updates the program's
+/// map; dropping the control detaches it.
 pub struct AfPacketDriver;
 
 impl crate::live::PortDriver for AfPacketDriver {
@@ -741,6 +769,9 @@ impl crate::live::PortDriver for AfPacketDriver {
         let workers = spec.workers.max(1);
         let mut ports: Vec<Vec<Box<dyn Port>>> = (0..workers).map(|_| Vec::new()).collect();
         let mut groups = Vec::new();
+        // Dropped on any error below, `control` detaches the shields attached so far.
+        let mut control = LiveControl::default();
+        let mut shielded = Vec::new();
         for (i, ifname) in spec.interfaces.iter().enumerate() {
             let mut cfg = AfPacketConfig {
                 promisc: spec.capture == Capture::All,
@@ -759,6 +790,29 @@ impl crate::live::PortDriver for AfPacketDriver {
             for (w, s) in socks.into_iter().enumerate() {
                 ports[w].push(Box::new(s));
             }
+            if let Capture::Destinations(dsts) = &spec.capture {
+                let shield =
+                    shield_host_stack(ifname, dsts).map_err(|message| LiveError::Open {
+                        interface: ifname.clone(),
+                        message,
+                    })?;
+                let how = shield.attachment().map_or("-".into(), |a| a.to_string());
+                shielded.push(match shield.tcx_refused() {
+                    None => format!("{ifname}: {how}"),
+                    Some(why) => format!("{ifname}: {how}, tcx refused: {why}"),
+                });
+                let shield = std::sync::Arc::new(shield);
+                let setter = shield.clone();
+                control
+                    .setters
+                    .push(Box::new(move |d: &[std::net::IpAddr]| {
+                        setter
+                            .set_vips(d)
+                            .map(|_| ())
+                            .map_err(|e| format!("updating the tc shield's destination map: {e}"))
+                    }));
+                control.keep(shield);
+            }
         }
         let description = format!(
             "AF_PACKET on {}: {} socket(s) each in fan-out group(s) {:?} (flow hash){}",
@@ -766,17 +820,42 @@ impl crate::live::PortDriver for AfPacketDriver {
             workers,
             groups,
             if spec.capture == Capture::All {
-                ", promiscuous"
+                ", promiscuous".to_string()
             } else {
-                ""
+                format!(
+                    "; the host's stack shielded from the destinations by tc program {} ({})",
+                    fp_ebpf::shield::PROG_NAME,
+                    shielded.join(", ")
+                )
             }
         );
         Ok(Opened {
             ports,
-            control: LiveControl::default(),
+            control,
             description,
         })
     }
+}
+
+/// Load the VIP shield for `dsts` and attach it to the ingress of `ifname` (in the calling
+/// thread's network namespace): a tcx link, else a `clsact` filter.
+fn shield_host_stack(
+    ifname: &str,
+    dsts: &[std::net::IpAddr],
+) -> Result<fp_ebpf::shield::VipShield, String> {
+    use fp_ebpf::shield::{AttachChoice, VipShield};
+    let ifindex = fp_ebpf::ifindex(ifname).map_err(|e| e.to_string())?;
+    let capacity = u32::try_from(dsts.len()).unwrap_or(u32::MAX).max(1024);
+    let mut shield = VipShield::load(capacity).map_err(|e| {
+        format!("loading the tc program that keeps VIP frames from the host's stack: {e}")
+    })?;
+    shield
+        .set_vips(dsts)
+        .map_err(|e| format!("filling the tc shield's destination map: {e}"))?;
+    shield.attach(ifindex, AttachChoice::Auto).map_err(|e| {
+        format!("attaching the tc program that keeps VIP frames from the host's stack: {e}")
+    })?;
+    Ok(shield)
 }
 
 /// The system calls and the shared ring: the only `unsafe` code of the AF_PACKET port.
@@ -1171,6 +1250,31 @@ mod tests {
         let mut v = hdr(0, 60, 60, libc::TP_STATUS_VLAN_VALID, 64, 0x0123);
         v.resize(124, 0);
         assert_eq!(frame_at(&v, 0).unwrap().vlan, Some((0x8100, 0x0123)));
+    }
+
+    #[test]
+    fn receive_stamps_are_converted_and_clamped() {
+        // realtime 1_000_000, monotonic 400 at the same instant: offset -999_600.
+        let offset = 400 - 1_000_000;
+        let now = 1_000;
+        // A frame stamped 300 ns before the clock reading keeps its distance.
+        assert_eq!(receive_stamp(1_000_000 - 300 + 600, offset, 0, now), 700);
+        // Never earlier than the previous stamp, never later than now.
+        assert_eq!(receive_stamp(1_000_000 - 300 + 600, offset, 800, now), 800);
+        assert_eq!(receive_stamp(2_000_000, offset, 0, now), now);
+        // No stamp, or one that converts to nothing sensible: the burst's reading.
+        assert_eq!(receive_stamp(0, offset, 0, now), now);
+        assert_eq!(receive_stamp(5, offset, 0, now), now);
+        assert_eq!(receive_stamp(u64::MAX, offset, 0, now), now);
+        assert_eq!(receive_stamp(u64::MAX, i64::MIN, 3, now), now);
+        // A stamp older than the previous one (a realtime step back) does not reorder.
+        let mut last = 0;
+        for real in [999_900, 999_950, 999_700, 999_990] {
+            let t = receive_stamp(real, offset, last, now);
+            assert!(t >= last && t <= now);
+            last = t;
+        }
+        assert_eq!(last, 390);
     }
 
     #[test]

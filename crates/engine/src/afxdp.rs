@@ -38,6 +38,19 @@
 //! the socket whenever descriptors are outstanding; in zero-copy mode only when the kernel asks
 //! (`XDP_RING_NEED_WAKEUP`).
 //!
+//! **Receive times.** Every frame gets its own [`Packet::ts_ns`]: flowplane's XDP program reads
+//! `bpf_ktime_get_ns()` (`CLOCK_MONOTONIC`, the engine's clock) for each frame it steers and puts
+//! it in 8 bytes of XDP metadata in front of the frame ([`fp_ebpf::xsk::META_LEN`]); the kernel
+//! copies the metadata with the frame into the UMEM (copy mode) or the program writes it there
+//! (zero-copy), so it is the u64 right before the descriptor's address. The socket is registered
+//! with no UMEM headroom and the kernel puts a frame `XDP_PACKET_HEADROOM` (256) bytes into its
+//! chunk, so that u64 always lies inside the frame's own chunk (checked per frame anyway).
+//! `rx_burst` reads it, zeroes it before the chunk goes back to the fill ring (a frame that
+//! arrives without metadata then reads 0, "no stamp", never a stale time), and clamps it to be no
+//! earlier than the port's previous stamp and no later than one clock reading per burst, which is
+//! also what a frame without a stamp gets. So a stage sees the gaps between the frames of one
+//! burst (a Flowlet balancer needs them).
+//!
 //! **Checksums.** AF_XDP frames carry no checksum metadata. Frames a *kernel* sends over a veth
 //! carry only the pseudo-header part of their TCP/UDP checksum (`CHECKSUM_PARTIAL`), which an
 //! AF_XDP port cannot tell from a corrupt checksum. This port therefore does not fix checksums: on
@@ -80,7 +93,7 @@ use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use fp_ebpf::xsk::{ModeChoice, Steering};
 pub use fp_ebpf::XdpMode;
@@ -305,6 +318,8 @@ pub struct AfXdpPort {
     refill: Vec<u64>,
     frame_mask: u64,
     stats: PortStats,
+    /// The last receive stamp handed out: stamps never go back.
+    last_ts: u64,
 }
 
 impl fmt::Debug for AfXdpPort {
@@ -384,20 +399,34 @@ impl AfXdpPort {
             ifindex,
             queue,
         };
+        // A queue whose previous socket was closed just now is released by the kernel a moment
+        // later (after an RCU grace period): `bind` answers EBUSY meanwhile, so try again briefly.
+        let open = |mut umem, zero_copy| {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            loop {
+                match sys::Xsk::open(umem, &geometry, zero_copy, rx_frames) {
+                    Err((u, e))
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        umem = u;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    r => return r,
+                }
+            }
+        };
         let mut zero_copy_refused = None;
         let (umem, xsk) = if try_zc {
-            match sys::Xsk::open(umem, &geometry, true, rx_frames) {
+            match open(umem, true) {
                 Ok(x) => x,
                 Err((umem, e)) if cfg.bind == BindMode::Auto => {
                     zero_copy_refused = Some(e.to_string());
-                    sys::Xsk::open(umem, &geometry, false, rx_frames)
-                        .map_err(|(_, e)| sock_err("binding in copy mode", e))?
+                    open(umem, false).map_err(|(_, e)| sock_err("binding in copy mode", e))?
                 }
                 Err((_, e)) => return Err(sock_err("binding in zero-copy mode", e)),
             }
         } else {
-            sys::Xsk::open(umem, &geometry, false, rx_frames)
-                .map_err(|(_, e)| sock_err("binding in copy mode", e))?
+            open(umem, false).map_err(|(_, e)| sock_err("binding in copy mode", e))?
         };
         let xsk = xsk.with_umem(umem);
         redirect
@@ -426,6 +455,7 @@ impl AfXdpPort {
             refill: Vec::with_capacity(cfg.ring_size as usize),
             frame_mask: !(cfg.frame_size as u64 - 1),
             stats: PortStats::default(),
+            last_ts: 0,
         })
     }
 
@@ -448,6 +478,23 @@ impl AfXdpPort {
     /// worker just calls `rx_burst`). Returns whether a frame is ready.
     pub fn wait_rx(&self, timeout: Duration) -> bool {
         crate::sys::poll_readable(&[self.xsk.raw_fd()], timeout).unwrap_or(false)
+    }
+
+    /// The receive stamp the XDP program left in the [`fp_ebpf::xsk::META_LEN`] bytes before the
+    /// frame at UMEM address `addr` (in chunk `chunk`), 0 if none; the slot is zeroed, so that
+    /// the chunk's next frame never shows this stamp.
+    #[inline]
+    fn take_stamp(&mut self, addr: u64, chunk: u64) -> u64 {
+        const META: u64 = fp_ebpf::xsk::META_LEN as u64;
+        if addr - chunk < META {
+            return 0; // no room in front of the frame inside its chunk: never stamped
+        }
+        let umem = self.xsk.umem_mut();
+        let stamp = umem.read_u64(addr - META).unwrap_or(0);
+        if stamp != 0 {
+            umem.write_u64(addr - META, 0);
+        }
+        stamp
     }
 
     /// Give received frames back to the fill ring.
@@ -498,23 +545,30 @@ impl Port for AfXdpPort {
             self.kick_tx_if_needed();
             return 0;
         }
-        let ts = crate::sys::monotonic_ns();
+        // After `available` (an acquire load of the kernel's index): every stamp of this burst's
+        // frames was taken before this reading.
+        let now = crate::sys::monotonic_ns();
         let mut taken = 0u32;
         let mut delivered = 0usize;
         while taken < avail {
             let (addr, len) = self.xsk.rx.read_desc(taken);
             let len = len as usize;
+            let chunk = addr & self.frame_mask;
             if len > MAX_FRAME {
+                // Still take its stamp out of the chunk.
+                self.take_stamp(addr, chunk);
                 self.stats.rx_dropped += 1;
             } else {
                 let Some(mut p) = pool.get() else { break };
+                let stamp = self.take_stamp(addr, chunk);
                 self.xsk.umem().copy_out(addr, &mut p.rx_area()[..len]);
                 p.set_len(len);
-                p.ts_ns = ts;
+                p.ts_ns = clamp_stamp(stamp, self.last_ts, now);
+                self.last_ts = p.ts_ns;
                 out.push(p);
                 delivered += 1;
             }
-            self.refill.push(addr & self.frame_mask);
+            self.refill.push(chunk);
             taken += 1;
         }
         self.xsk.rx.release(taken);
@@ -680,6 +734,14 @@ impl Port for AfXdpQueues {
         use std::os::fd::AsRawFd;
         Wait::Readable(self.epoll.as_raw_fd())
     }
+}
+
+/// A frame's receive time: its stamp (0: none, then the burst's clock reading `now`), no earlier
+/// than the port's previous stamp `last` and no later than `now`.
+#[inline]
+fn clamp_stamp(stamp: u64, last: u64, now: u64) -> u64 {
+    let t = if stamp == 0 { now } else { stamp };
+    t.max(last).min(now)
 }
 
 fn check_config(cfg: &AfXdpConfig, queues: &[u32]) -> Result<(), AfXdpError> {
@@ -916,6 +978,27 @@ mod sys {
             // SAFETY: `a..a+n` lies inside the mapping (checked above); `dst` is a distinct Rust
             // buffer, so the ranges do not overlap; nobody writes the frame during the copy.
             unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(a), dst.as_mut_ptr(), n) }
+        }
+
+        /// The native-endian u64 at UMEM offset `addr`, which lies in a chunk the caller owns
+        /// (as for `copy_out`); `None` out of range.
+        #[inline]
+        pub fn read_u64(&self, addr: u64) -> Option<u64> {
+            let mut b = [0u8; 8];
+            let a = addr as usize;
+            if a.checked_add(8).is_none_or(|end| end > self.len) {
+                return None;
+            }
+            self.copy_out(addr, &mut b);
+            Some(u64::from_ne_bytes(b))
+        }
+
+        /// Write a native-endian u64 at UMEM offset `addr`, in a chunk the caller owns (not on
+        /// any ring: the kernel writes a chunk only while it is on the fill ring); out of range:
+        /// nothing written.
+        #[inline]
+        pub fn write_u64(&mut self, addr: u64, v: u64) {
+            self.copy_in(addr, &v.to_ne_bytes());
         }
 
         /// Copy `src` into the frame at UMEM offset `addr`, which the caller owns (a free tx
@@ -1245,6 +1328,9 @@ mod sys {
                 addr: umem.ptr.as_ptr() as u64,
                 len: umem.len as u64,
                 chunk_size: g.frame_size,
+                // No headroom of our own: the kernel still puts each received frame
+                // XDP_PACKET_HEADROOM (256) bytes into its chunk, and the receive stamp the XDP
+                // program adds (8 bytes of metadata, copied with the frame) sits right in front.
                 headroom: 0,
                 flags: 0,
                 tx_metadata_len: 0,
@@ -1531,6 +1617,37 @@ mod tests {
         let r = rx_queue_count("lo");
         assert!(r.is_err() || r.unwrap() >= 1);
         assert!(rx_queue_count("an-interface-name-too-long").is_err());
+    }
+
+    #[test]
+    fn stamps_are_clamped() {
+        assert_eq!(clamp_stamp(500, 100, 1000), 500);
+        assert_eq!(
+            clamp_stamp(50, 100, 1000),
+            100,
+            "never earlier than the last stamp"
+        );
+        assert_eq!(
+            clamp_stamp(5000, 100, 1000),
+            1000,
+            "never later than the burst's clock"
+        );
+        assert_eq!(
+            clamp_stamp(0, 100, 1000),
+            1000,
+            "no stamp: the burst's clock"
+        );
+    }
+
+    #[test]
+    fn umem_u64_slots() {
+        let mut u = sys::Umem::new(1 << 16, false).unwrap();
+        assert_eq!(u.read_u64(248), Some(0), "a fresh UMEM reads as no stamp");
+        u.write_u64(248, 0x1122_3344_5566_7788);
+        assert_eq!(u.read_u64(248), Some(0x1122_3344_5566_7788));
+        assert_eq!(u.read_u64((1 << 16) - 4), None);
+        assert_eq!(u.read_u64(u64::MAX - 2), None);
+        u.write_u64(u64::MAX - 2, 1);
     }
 
     #[test]

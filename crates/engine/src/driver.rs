@@ -83,6 +83,9 @@ pub struct Options {
     pub pin: bool,
     /// See [`Options::pin`].
     pub first_cpu: usize,
+    /// CPUs to pin the workers to, in order (worker `i` on `cpus[i % cpus.len()]`); when empty,
+    /// worker `i` is pinned to `first_cpu + i`.
+    pub cpus: Vec<usize>,
     /// The workers' clock.
     pub clock: Clock,
     /// How often [`Stage::maintain`] runs, in the clock's time.
@@ -104,12 +107,24 @@ pub struct Options {
     pub burst: usize,
 }
 
+impl Options {
+    /// The CPU worker `index` is pinned to (when [`Options::pin`] is set).
+    pub fn cpu_of(&self, index: usize) -> usize {
+        if self.cpus.is_empty() {
+            self.first_cpu + index
+        } else {
+            self.cpus[index % self.cpus.len()]
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             name: "fp-worker".into(),
             pin: false,
             first_cpu: 0,
+            cpus: Vec::new(),
             clock: Clock::Monotonic,
             maintain_every: Duration::from_millis(10),
             idle_after: Duration::from_millis(5),
@@ -189,6 +204,9 @@ pub struct Finished<S> {
     pub ports: Vec<PortStats>,
     /// The driver's counters of this worker.
     pub counters: Arc<WorkerCounters>,
+    /// CPU time the worker's thread used, in ns (read by [`Core::into_finished`] on the thread
+    /// that ran the worker).
+    pub cpu_ns: u64,
 }
 
 /// Why running workers failed.
@@ -218,6 +236,8 @@ pub struct Core<S, P = Box<dyn Port>> {
     now: u64,
     max_backlog: usize,
     burst: usize,
+    /// The ports' descriptors for a wait (kept between waits: no allocation once grown).
+    fds: Vec<RawFd>,
 }
 
 impl<S: Stage, P: Port> Core<S, P> {
@@ -234,6 +254,7 @@ impl<S: Stage, P: Port> Core<S, P> {
             now: 0,
             max_backlog: 8 * MAX_BURST,
             burst: MAX_BURST,
+            fds: Vec::new(),
         }
     }
 
@@ -306,7 +327,11 @@ impl<S: Stage, P: Port> Core<S, P> {
             got += k;
             self.counters.ports[i].rx.add(k as u64);
             self.counters.bursts.inc();
-            let newest = self.rx.iter().map(|p| p.ts_ns).max().unwrap_or(0);
+            let mut newest = 0;
+            for p in self.rx.iter_mut() {
+                p.port = i as u16;
+                newest = newest.max(p.ts_ns);
+            }
             self.now = self.now.max(newest);
             self.stage
                 .process(i, &mut self.rx, &mut self.out, &mut self.pool, self.now);
@@ -380,31 +405,29 @@ impl<S: Stage, P: Port> Core<S, P> {
         self.ports.iter().any(|p| p.rx_ready())
     }
 
-    /// Sleep until a port is ready or `timeout` passes: `poll(2)` on the ports' descriptors, or a
-    /// thread park for ports fed by another thread.
-    pub fn wait(&self, timeout: Duration) {
+    /// Sleep until a port is ready or `timeout` passes: `poll(2)` on every port's descriptor, or
+    /// a thread park when the ports are all fed by other threads. A worker with both kinds polls
+    /// its descriptors for at most `timeout` (the driver's `max_wait`, 1 ms by default): a
+    /// descriptor wakes it at once, a thread's wake-up within `timeout`.
+    pub fn wait(&mut self, timeout: Duration) {
         if self.rx_ready() {
             return;
         }
-        let mut fds: [RawFd; sys::MAX_POLL_FDS] = [-1; sys::MAX_POLL_FDS];
-        let mut n = 0;
+        self.fds.clear();
         let mut park = false;
         for p in &self.ports {
             match p.wait() {
-                Wait::Readable(fd) if n < fds.len() => {
-                    fds[n] = fd;
-                    n += 1;
-                }
-                Wait::Readable(_) | Wait::Never => {}
+                Wait::Readable(fd) => self.fds.push(fd),
+                Wait::Never => {}
                 Wait::Unpark => park = true,
             }
         }
         self.counters.sleeps.inc();
-        if park {
-            std::thread::park_timeout(timeout);
-        } else if n > 0 {
+        if !self.fds.is_empty() {
             // An error here (e.g. a descriptor closed under us) only ends the sleep early.
-            let _ = sys::poll_readable(&fds[..n], timeout);
+            let _ = sys::poll_readable(&self.fds, timeout);
+        } else if park {
+            std::thread::park_timeout(timeout);
         } else {
             std::thread::yield_now();
         }
@@ -432,6 +455,7 @@ impl<S: Stage, P: Port> Core<S, P> {
     /// The stage and the counters of a worker that finished.
     pub fn into_finished(self) -> Finished<S> {
         Finished {
+            cpu_ns: sys::thread_cpu_ns(),
             ports: self.ports.iter().map(|p| p.stats()).collect(),
             counters: self.counters,
             stage: self.stage,
@@ -453,7 +477,7 @@ pub fn run<S: Stage, P: Port>(
     stop: &AtomicBool,
 ) {
     if opts.pin {
-        sys::pin_to_cpu(opts.first_cpu + index);
+        sys::pin_to_cpu(opts.cpu_of(index));
     }
     let every = opts.maintain_every.as_nanos() as u64;
     let stats_every = PORT_STATS_EVERY.as_nanos() as u64;
@@ -711,6 +735,101 @@ mod tests {
             idled: 0,
             finished: false,
         }
+    }
+
+    /// Records the port index every received packet carries.
+    struct Ports(Vec<(usize, u16)>);
+    impl Stage for Ports {
+        fn process(
+            &mut self,
+            port: usize,
+            rx: &mut Vec<Packet>,
+            _: &mut Outputs,
+            pool: &mut Pool,
+            _: u64,
+        ) {
+            self.0.extend(rx.iter().map(|p| (port, p.port)));
+            pool.put_all(rx);
+        }
+    }
+
+    /// A port that receives nothing and waits as told.
+    struct Waits(Wait);
+    impl Port for Waits {
+        fn name(&self) -> &str {
+            "waits"
+        }
+        fn rx_burst(&mut self, _: &mut Pool, _: &mut Vec<Packet>, _: usize) -> usize {
+            0
+        }
+        fn tx_burst(&mut self, b: &mut Vec<Packet>, pool: &mut Pool) -> usize {
+            let n = b.len();
+            pool.put_all(b);
+            n
+        }
+        fn stats(&self) -> crate::port::PortStats {
+            crate::port::PortStats::default()
+        }
+        fn wait(&self) -> Wait {
+            self.0
+        }
+    }
+
+    /// A pipe whose read end the test makes readable.
+    fn pipe() -> (std::fs::File, std::fs::File) {
+        let (r, w) = std::io::pipe().expect("pipe");
+        (
+            std::fs::File::from(std::os::fd::OwnedFd::from(r)),
+            std::fs::File::from(std::os::fd::OwnedFd::from(w)),
+        )
+    }
+
+    #[test]
+    fn a_descriptor_wakes_a_worker_that_also_has_a_port_fed_by_a_thread() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (r, mut w) = pipe();
+        let ports = vec![Waits(Wait::Unpark), Waits(Wait::Readable(r.as_raw_fd()))];
+        let mut core: Core<Ports, Waits> = Core::new(Ports(Vec::new()), ports, 8);
+        w.write_all(b"x").unwrap();
+        let t = Instant::now();
+        core.wait(Duration::from_secs(10));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the readable descriptor was ignored for the parked port: slept {:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_worker_waits_on_more_than_64_descriptors() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let pipes: Vec<_> = (0..70).map(|_| pipe()).collect();
+        let ports: Vec<Waits> = pipes
+            .iter()
+            .map(|(r, _)| Waits(Wait::Readable(r.as_raw_fd())))
+            .collect();
+        let mut core: Core<Ports, Waits> = Core::new(Ports(Vec::new()), ports, 8);
+        (&pipes[69].1).write_all(b"x").unwrap();
+        let t = Instant::now();
+        core.wait(Duration::from_secs(10));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the 70th descriptor was ignored: slept {:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn every_received_packet_carries_its_port_index() {
+        let frames = |n: u64| (0..n).map(|i| (i, vec![0u8; 60])).collect::<Vec<_>>();
+        let ports: Vec<MemPort> = vec![MemPort::new(frames(3)), MemPort::new(frames(40))];
+        let mut core: Core<Ports, MemPort> = Core::new(Ports(Vec::new()), ports, 64);
+        while core.pass() > 0 {}
+        let seen = &core.stage().0;
+        assert_eq!(seen.len(), 43);
+        assert!(seen.iter().all(|&(port, tagged)| port == tagged as usize));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! port, promiscuous) — and gets [`Opened`] back: `ports[w][i]` is worker `w`'s socket of interface
 //! `i` (the kernel or the NIC spreads flows over the workers' sockets: AF_PACKET fan-out by flow
 //! hash, AF_XDP one receive queue per worker), plus a [`LiveControl`] to change the destinations
-//! while running and that undoes the interface changes (promiscuous mode) when dropped.
+//! while running and that undoes the interface changes (promiscuous mode, AF_PACKET's tc program
+//! that keeps destination frames from the host's stack) when dropped.
 //!
 //! Adding a driver is one file that implements [`PortDriver`] (opening its sockets, each a
 //! [`Port`]) and one line in [`DRIVERS`].
@@ -23,8 +24,11 @@ use std::net::IpAddr;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Capture {
     /// Frames to these destination addresses (a load balancer's VIPs). Drivers that filter in the
-    /// kernel ([`PortDriver::filters_destinations`]) leave everything else to the host's stack;
-    /// the others deliver every frame and the application filters.
+    /// kernel ([`PortDriver::filters_destinations`]: AF_XDP) leave everything else to the host's
+    /// stack and keep these frames from it; the others deliver every frame and the application
+    /// filters. AF_PACKET, which cannot take frames away from the stack, still keeps the stack
+    /// from answering or forwarding frames to these destinations: a tc ingress program drops
+    /// them after its sockets have received them.
     Destinations(Vec<IpAddr>),
     /// Every frame, for any MAC address (a switch port): the interfaces go promiscuous.
     All,
@@ -80,11 +84,13 @@ pub enum LiveError {
 pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), String> + Send + Sync>;
 
 /// Control of opened interfaces while they run; dropping it undoes what opening changed on the
-/// interfaces (promiscuous mode a driver turned on).
+/// interfaces (promiscuous mode a driver turned on, programs it attached).
 #[derive(Default)]
 pub struct LiveControl {
     pub(crate) setters: Vec<DestinationSetter>,
     pub(crate) promisc_set: Vec<String>,
+    /// Attachments released on drop (AF_PACKET's tc VIP shields).
+    pub(crate) held: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl LiveControl {
@@ -94,11 +100,19 @@ impl LiveControl {
         LiveControl {
             setters,
             promisc_set,
+            held: Vec::new(),
         }
     }
 
-    /// Change the destinations captured ([`Capture::Destinations`]); a no-op for drivers that do
-    /// not filter.
+    /// Keep `resource` (an attachment that undoes itself when dropped, such as a tc program's
+    /// link) until this control is dropped (for driver implementations).
+    pub fn keep(&mut self, resource: impl std::any::Any + Send + Sync) {
+        self.held.push(Box::new(resource));
+    }
+
+    /// Change the destinations captured ([`Capture::Destinations`]): the AF_XDP program's VIP
+    /// map, the AF_PACKET tc shield's map (new destinations are added before old ones are
+    /// removed); a no-op for drivers with neither.
     pub fn set_destinations(&self, dsts: &[IpAddr]) -> Result<(), String> {
         for s in &self.setters {
             s(dsts)?;
@@ -109,6 +123,9 @@ impl LiveControl {
 
 impl Drop for LiveControl {
     fn drop(&mut self) {
+        // The setters may share what `held` holds: drop both, so the attachments go now.
+        self.setters.clear();
+        self.held.clear();
         for ifname in &self.promisc_set {
             if let Err(e) = set_promisc(ifname, false) {
                 eprintln!("flowplane: could not turn promiscuous mode off on {ifname}: {e}");
@@ -136,7 +153,9 @@ pub trait PortDriver: Send + Sync {
         &[]
     }
     /// Whether the driver delivers only [`Capture::Destinations`] (filtering in the kernel), so
-    /// an application cannot serve a destination it cannot list (a prefix).
+    /// an application cannot serve a destination it cannot list (a prefix). A driver that
+    /// delivers every frame (false) may still shield the host's stack from the destinations
+    /// (AF_PACKET does); that does not change what the application receives.
     fn filters_destinations(&self) -> bool;
     /// Open `spec.interfaces` for `spec.workers` workers (or fewer).
     fn open(&self, spec: &LiveSpec) -> Result<Opened, LiveError>;

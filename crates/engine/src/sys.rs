@@ -29,6 +29,13 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// `CLOCK_REALTIME` in nanoseconds (vDSO, no system call): the clock of the kernel's AF_PACKET
+/// receive stamps, which the port converts to [`monotonic_ns`].
+#[inline]
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
 /// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: time on a CPU
 /// only, so time spent descheduled on a shared machine does not count).
 pub fn thread_cpu_ns() -> u64 {
@@ -42,7 +49,7 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; both clocks used here exist on every Linux this
+    // SAFETY: `ts` is a valid, writable timespec; the clocks used here exist on every Linux this
     // runs on (CLOCK_THREAD_CPUTIME_ID since 2.6.12), so the call cannot fail.
     unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -54,23 +61,30 @@ pub const MAX_POLL_FDS: usize = 64;
 
 /// Wait until one of `fds` is readable (or has an error or hang-up condition) or `timeout` passes
 /// (rounded up to a whole millisecond, so a short wait still sleeps). Returns whether one became
-/// ready; an interrupted wait (`EINTR`) counts as "not ready", since every caller loops.
+/// ready; an interrupted wait (`EINTR`) counts as "not ready", since every caller loops. Up to
+/// [`MAX_POLL_FDS`] descriptors are waited on without allocating; more are waited on too.
 pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
-    let mut p = [libc::pollfd {
-        fd: -1,
-        events: 0,
+    let slot = |fd: RawFd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
         revents: 0,
-    }; MAX_POLL_FDS];
-    let n = fds.len().min(MAX_POLL_FDS);
-    for (slot, &fd) in p.iter_mut().zip(fds) {
-        slot.fd = fd;
-        slot.events = libc::POLLIN;
-    }
+    };
+    let mut small = [slot(-1); MAX_POLL_FDS];
+    let mut large = Vec::new();
+    let p: &mut [libc::pollfd] = if fds.len() <= MAX_POLL_FDS {
+        for (s, &fd) in small.iter_mut().zip(fds) {
+            *s = slot(fd);
+        }
+        &mut small[..fds.len()]
+    } else {
+        large.extend(fds.iter().map(|&fd| slot(fd)));
+        &mut large
+    };
     let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `p` is a live array of MAX_POLL_FDS initialised pollfd structs and n <= MAX_POLL_FDS,
+    // SAFETY: `p` is a live slice of initialised pollfd structs and its length is passed as nfds,
     // so the kernel reads and writes only inside it, and does not keep the pointer. A closed or
     // invalid descriptor is reported in `revents` (POLLNVAL), not undefined behaviour.
-    let rc = unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) };
+    let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -183,6 +197,15 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn clocks_are_in_nanoseconds_and_monotonic_does_not_go_back() {
+        let (m1, r, m2) = (monotonic_ns(), realtime_ns(), monotonic_ns());
+        assert!(m1 <= m2);
+        // Realtime is after 2020 and well ahead of the time since boot.
+        assert!(r > 1_577_836_800_000_000_000, "{r}");
+        assert!(r > m2);
+    }
 
     #[test]
     fn poll_sees_readable_and_times_out() {

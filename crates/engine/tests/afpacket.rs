@@ -1,12 +1,16 @@
 //! The AF_PACKET port on live veths in network namespaces (fp-testnet): frames in and out (checked
 //! by the kernel's own UDP stack on the far side), PACKET_IGNORE_OUTGOING, flow-hash fan-out over
 //! several sockets, completion of the partial checksums a kernel TCP sender leaves on veth, VLAN
-//! tags, and ring-overflow accounting.
+//! tags, ring-overflow accounting, per-frame receive times, and the tc shield that keeps the
+//! host's stack from answering frames to the captured destinations.
 //!
 //! Live tests: they need root (CI is root). Where they cannot run they fail with the reason.
 
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort, FanoutMode};
+use fp_engine::live::{Capture, LiveSpec, Opened};
 use fp_engine::port::Port;
+use fp_engine::sys::monotonic_ns;
+use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Pool};
 use fp_testnet::{Link, Netns, TestNet};
 use fp_wire::ethernet::{EtherType, EthernetRepr, MacAddr};
@@ -15,7 +19,7 @@ use fp_wire::ipv4::Ipv4Repr;
 use fp_wire::udp::UdpRepr;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 81, 0, 1);
@@ -562,4 +566,441 @@ fn ring_overflow_is_counted_and_recovers() {
         Duration::from_secs(5),
     );
     assert_eq!(got[0], more);
+}
+
+/// Frames sent a few milliseconds apart and read in one `rx_burst` carry their own receive times
+/// (the kernel's per-frame stamps on the monotonic clock), not one time for the burst: the gaps
+/// follow the send gaps, stamps never go back, and none is later than a clock reading taken
+/// after the burst.
+#[test]
+fn receive_times_are_per_frame() {
+    let Pair {
+        net: _net,
+        a,
+        b,
+        ea,
+        eb,
+    } = pair("afpstamp");
+    let (amac, bmac) = (ea.mac().unwrap(), eb.mac().unwrap());
+    let mut pa = open(&a, &AfPacketConfig::default());
+    let mut pb = open(&b, &AfPacketConfig::default());
+    let mut pool = Pool::new(128);
+    let gap = Duration::from_millis(3);
+    let mut last = 0u64;
+    for round in 0..3u32 {
+        let mut sent_at = Vec::new();
+        for i in 0..8u32 {
+            if i > 0 {
+                std::thread::sleep(gap);
+            }
+            sent_at.push(monotonic_ns());
+            let f = udp_frame(amac, bmac, 5000, 7, round * 8 + i);
+            assert_eq!(send(&mut pa, &mut pool, &[f]), 1);
+        }
+        let sent_end = monotonic_ns();
+        // Every frame has landed and its ring block has retired (1 ms) before the one read.
+        std::thread::sleep(Duration::from_millis(30));
+        let mut rx = burst();
+        let n = pb.rx_burst(&mut pool, &mut rx, 32);
+        let after = monotonic_ns();
+        let ours: Vec<(u32, u64)> = rx
+            .iter()
+            .filter_map(|p| marked(p.data()).map(|(_, seq)| (seq, p.ts_ns)))
+            .collect();
+        pool.put_all(&mut rx);
+        let seqs: Vec<u32> = ours.iter().map(|&(s, _)| s).collect();
+        assert_eq!(
+            seqs,
+            (round * 8..round * 8 + 8).collect::<Vec<_>>(),
+            "round {round}: all 8 frames in one burst of {n}"
+        );
+        let ts: Vec<u64> = ours.iter().map(|&(_, t)| t).collect();
+        eprintln!(
+            "round {round}: stamp gaps (us) {:?}",
+            ts.windows(2)
+                .map(|w| (w[1] - w[0]) / 1000)
+                .collect::<Vec<_>>()
+        );
+        assert!(ts[0] >= last, "stamps go forward across bursts");
+        assert!(
+            ts[0] + 1_000_000 >= sent_at[0],
+            "the first frame is stamped when it arrived ({} ns before it was sent?)",
+            sent_at[0].saturating_sub(ts[0])
+        );
+        assert!(*ts.last().unwrap() <= after, "no stamp after the burst");
+        for (i, w) in ts.windows(2).enumerate() {
+            assert!(
+                w[1] - w[0] >= 1_000_000,
+                "round {round}: frames {i} and {} were sent {} us apart but stamped {} us apart",
+                i + 1,
+                (sent_at[i + 1] - sent_at[i]) / 1000,
+                w[1].saturating_sub(w[0]) / 1000
+            );
+        }
+        let span = ts[7] - ts[0];
+        assert!(
+            span <= sent_end - sent_at[0] + 5_000_000,
+            "stamps span {span} ns, sends {} ns",
+            sent_end - sent_at[0]
+        );
+        last = ts[7];
+    }
+}
+
+// ---------- the tc shield: the host's stack does not answer VIP frames ----------
+
+const S_A4: &str = "10.82.0.1";
+const S_B4: &str = "10.82.0.2";
+const S_A6: &str = "fd00:82::1";
+const S_B6: &str = "fd00:82::2";
+/// On b's loopback: b's kernel answers a SYN with a RST and a UDP datagram with ICMP "port
+/// unreachable" unless shielded.
+const S_VIP4: &str = "203.0.113.80";
+/// Not covered by any route of b: b's kernel answers with ICMPv6 "no route" unless shielded.
+const S_VIP6: &str = "2001:db8:82::10";
+
+struct ShieldNet {
+    _net: TestNet,
+    a: Netns,
+    b: Netns,
+    amac: [u8; 6],
+    bmac: [u8; 6],
+}
+
+/// a (client side, an AF_PACKET port that sends and captures) and b (the balancer host) joined by
+/// a veth, both families on; b holds the IPv4 VIP on its loopback, has no route for the IPv6 VIP
+/// and no ICMP rate limits (so every answer it would send is sent).
+fn shield_net(tag: &str) -> ShieldNet {
+    let net = TestNet::new(tag).expect("live AF_PACKET shield test cannot run");
+    let a = net.ns("a").unwrap();
+    let b = net.ns("b").unwrap();
+    let (ea, eb) = net.veth(&a, "eth0", &b, "eth0").unwrap();
+    ea.addr_add(&format!("{S_A4}/24")).unwrap();
+    eb.addr_add(&format!("{S_B4}/24")).unwrap();
+    a.ip(&["addr", "add", &format!("{S_A6}/64"), "dev", "eth0", "nodad"])
+        .unwrap();
+    b.ip(&["addr", "add", &format!("{S_B6}/64"), "dev", "eth0", "nodad"])
+        .unwrap();
+    b.lo().addr_add(&format!("{S_VIP4}/32")).unwrap();
+    b.sysctl("net.ipv4.icmp_ratelimit", "0").unwrap();
+    b.sysctl("net.ipv6.icmp.ratelimit", "0").unwrap();
+    assert!(
+        !b.routes().unwrap().contains("default"),
+        "b must have no default route"
+    );
+    // IPv6 neighbour discovery answers only once the solicited-node groups are joined (up to
+    // about a second after carrier up): wait until both families work.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.ping(S_B6, 1).is_err() || a.ping(S_B4, 1).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "a cannot ping b: {}",
+            a.ip(&["-6", "neigh"]).map(|o| o.stdout).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (amac, bmac) = (ea.mac().unwrap(), eb.mac().unwrap());
+    ShieldNet {
+        _net: net,
+        a,
+        b,
+        amac,
+        bmac,
+    }
+}
+
+/// TCP SYNs and UDP datagrams from a to both VIPs, addressed to b's MAC (`round` varies the
+/// source ports).
+fn vip_frames(n: &ShieldNet, round: u16) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..3u16 {
+        let sport = 30000 + round * 16 + i;
+        for mut f in [
+            craft::tcp(&Endpoints::new(S_A4, sport, S_VIP4, 80), true),
+            craft::udp(&Endpoints::new(S_A4, sport, S_VIP4, 53), 20),
+            craft::tcp(&Endpoints::new(S_A6, sport, S_VIP6, 80), true),
+            craft::udp(&Endpoints::new(S_A6, sport, S_VIP6, 53), 20),
+        ] {
+            f[..6].copy_from_slice(&n.bmac);
+            f[6..12].copy_from_slice(&n.amac);
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The destination address of an untagged IPv4/IPv6 frame.
+fn dst_of(f: &[u8]) -> Option<IpAddr> {
+    match f.get(12..14)? {
+        [0x08, 0x00] => Some(IpAddr::from(<[u8; 4]>::try_from(f.get(30..34)?).ok()?)),
+        [0x86, 0xdd] => Some(IpAddr::from(<[u8; 16]>::try_from(f.get(38..54)?).ok()?)),
+        _ => None,
+    }
+}
+
+/// What a host's stack answers to a frame it should not have seen: a TCP RST or SYN-ACK, ICMP
+/// destination unreachable, ICMPv6 destination unreachable. Echo replies, ARP and neighbour
+/// discovery are not answers.
+fn answer(f: &[u8]) -> Option<&'static str> {
+    match f.get(12..14)? {
+        [0x08, 0x00] => {
+            let ihl = usize::from(f.get(14)? & 0x0f) * 4;
+            let l4 = 14 + ihl;
+            match f.get(23)? {
+                6 if f.get(l4 + 13)? & 0x04 != 0 => Some("tcp rst (v4)"),
+                6 if f.get(l4 + 13)? & 0x12 == 0x12 => Some("tcp syn-ack (v4)"),
+                1 if *f.get(l4)? == 3 => Some("icmp unreachable"),
+                _ => None,
+            }
+        }
+        [0x86, 0xdd] => match f.get(20)? {
+            58 if *f.get(54)? == 1 => Some("icmpv6 unreachable"),
+            6 if f.get(54 + 13)? & 0x04 != 0 => Some("tcp rst (v6)"),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Receive from `port` for `dur`, returning the frames.
+fn drain(port: &mut dyn Port, dur: Duration) -> Vec<Vec<u8>> {
+    let mut pool = Pool::new(256);
+    let mut got = Vec::new();
+    let end = Instant::now() + dur;
+    while Instant::now() < end {
+        let mut rx = burst();
+        if port.rx_burst(&mut pool, &mut rx, 32) == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for p in rx.drain(..) {
+            got.push(p.data().to_vec());
+            pool.put(p);
+        }
+    }
+    got
+}
+
+/// Send `frames` from a's port and return the answers b's stack sent back (counted by kind)
+/// within `wait`.
+fn answers_to(
+    n: &ShieldNet,
+    pa: &mut AfPacketPort,
+    frames: &[Vec<u8>],
+    wait: Duration,
+) -> HashMap<&'static str, usize> {
+    drain(pa, Duration::from_millis(50)); // stale frames
+    let mut pool = Pool::new(64);
+    assert_eq!(send(pa, &mut pool, frames), frames.len());
+    let mut kinds = HashMap::new();
+    for f in drain(pa, wait) {
+        if f[6..12] == n.bmac {
+            if let Some(k) = answer(&f) {
+                *kinds.entry(k).or_insert(0) += 1;
+            }
+        }
+    }
+    kinds
+}
+
+/// The VIP frames among `frames` (by destination), sorted.
+fn vip_only(frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let vips: [IpAddr; 2] = [S_VIP4.parse().unwrap(), S_VIP6.parse().unwrap()];
+    let mut v: Vec<Vec<u8>> = frames
+        .into_iter()
+        .filter(|f| dst_of(f).is_some_and(|d| vips.contains(&d)))
+        .collect();
+    v.sort();
+    v
+}
+
+fn open_live(ns: &Netns, capture: Capture) -> Opened {
+    ns.enter(move || {
+        fp_engine::live::driver("af_packet")
+            .unwrap()
+            .open(&LiveSpec::new(&["eth0"], 1, capture))
+    })
+    .unwrap()
+    .unwrap_or_else(|e| panic!("opening the af_packet driver: {e}"))
+}
+
+/// Without the shield (Capture::All) b's stack answers the client's frames to the VIPs — ICMPv6
+/// "no route" for the IPv6 VIP, RST and ICMP "port unreachable" for the IPv4 VIP on its
+/// loopback. With Capture::Destinations the driver attaches the shield: the balancer's socket
+/// still receives every frame, the stack answers none, and traffic to b's own addresses still
+/// reaches it. Changing the destinations moves the shield; dropping the control removes it.
+#[test]
+fn shield_keeps_the_host_stack_from_answering_vip_traffic() {
+    let n = shield_net("afpshield");
+    let mut pa = open(&n.a, &AfPacketConfig::default());
+    let wait = Duration::from_millis(700);
+
+    // 1. No shield: the stack answers (this is what the shield must prevent).
+    let mut opened = open_live(&n.b, Capture::All);
+    assert!(
+        !opened.description.contains("shield"),
+        "{}",
+        opened.description
+    );
+    let frames = vip_frames(&n, 0);
+    let before = answers_to(&n, &mut pa, &frames, wait);
+    eprintln!("without the shield, b's stack answered: {before:?}");
+    for k in ["icmpv6 unreachable", "tcp rst (v4)", "icmp unreachable"] {
+        assert!(
+            before.get(k).is_some_and(|&c| c > 0),
+            "{k} expected: {before:?}"
+        );
+    }
+    let got = vip_only(drain(&mut *opened.ports[0][0], Duration::from_millis(100)));
+    let mut want = frames.clone();
+    want.sort();
+    assert_eq!(got, want, "the port sees every VIP frame");
+    drop(opened);
+
+    // 2. Shielded: the port still receives every VIP frame; the stack answers none.
+    let vips: Vec<IpAddr> = vec![S_VIP6.parse().unwrap(), S_VIP4.parse().unwrap()];
+    let mut opened = open_live(&n.b, Capture::Destinations(vips));
+    eprintln!("{}", opened.description);
+    assert!(
+        opened.description.contains("fp_vip_shield"),
+        "{}",
+        opened.description
+    );
+    for round in 1..3 {
+        let frames = vip_frames(&n, round);
+        let during = answers_to(&n, &mut pa, &frames, wait);
+        assert!(
+            during.is_empty(),
+            "round {round}: b's stack answered {during:?}"
+        );
+        let got = vip_only(drain(&mut *opened.ports[0][0], Duration::from_millis(100)));
+        let mut want = frames.clone();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "round {round}: the port still receives every VIP frame"
+        );
+    }
+    // The host's own addresses are not shielded.
+    n.a.ping(S_B4, 2).expect("ping to b's IPv4 address");
+    n.a.ping(S_B6, 2).expect("ping to b's IPv6 address");
+    let conn =
+        n.b.enter(|| TcpListener::bind((S_B4, 8081)))
+            .unwrap()
+            .unwrap();
+    n.a.wait_tcp(
+        format!("{S_B4}:8081").parse().unwrap(),
+        Duration::from_secs(3),
+    )
+    .expect("a TCP connection to b's own address");
+    drop(conn);
+
+    // 3. Only the IPv4 VIP left: the IPv6 VIP is answered again, the IPv4 one is not.
+    opened
+        .control
+        .set_destinations(&[S_VIP4.parse().unwrap()])
+        .unwrap();
+    let partly = answers_to(&n, &mut pa, &vip_frames(&n, 3), wait);
+    assert!(
+        partly.get("icmpv6 unreachable").is_some_and(|&c| c > 0),
+        "{partly:?}"
+    );
+    assert!(
+        !partly.contains_key("tcp rst (v4)") && !partly.contains_key("icmp unreachable"),
+        "{partly:?}"
+    );
+
+    // 4. Dropping the control detaches the shield.
+    drop(opened);
+    let after = answers_to(&n, &mut pa, &vip_frames(&n, 4), wait);
+    assert!(
+        after.get("tcp rst (v4)").is_some_and(|&c| c > 0),
+        "{after:?}"
+    );
+}
+
+/// The fallback attachment (a clsact cls_bpf filter, used where the kernel refuses tcx links):
+/// it shields the same way, replaces a stale shield filter left by a crashed run, refuses to
+/// replace someone else's filter at its position, and is removed when the shield is dropped.
+#[test]
+fn shield_filter_fallback_attaches_replaces_and_removes() {
+    use fp_ebpf::netlink::Netlink;
+    use fp_ebpf::shield::{self, AttachChoice, Attachment, VipShield};
+    let n = shield_net("afpshieldnl");
+    let mut pa = open(&n.a, &AfPacketConfig::default());
+    let wait = Duration::from_millis(700);
+    let vip4: IpAddr = S_VIP4.parse().unwrap();
+    let in_b = |f: Box<dyn FnOnce() -> Option<u32> + Send>| n.b.enter(f).unwrap();
+    let installed = || {
+        in_b(Box::new(|| {
+            let i = fp_ebpf::ifindex("eth0").unwrap();
+            Netlink::open()
+                .unwrap()
+                .filter_prog_id(&shield::filter(i))
+                .unwrap()
+        }))
+    };
+
+    // A stale shield: attached as a filter by a "process" that never cleaned up.
+    let stale =
+        n.b.enter(move || {
+            let mut s = VipShield::load(8).unwrap();
+            s.set_vips(&[vip4]).unwrap();
+            let i = fp_ebpf::ifindex("eth0").unwrap();
+            assert_eq!(
+                s.attach(i, AttachChoice::Filter).unwrap(),
+                Attachment::Filter
+            );
+            s
+        })
+        .unwrap();
+    let stale_id = stale.program().info().unwrap().id;
+    std::mem::forget(stale); // its Drop never runs, as after a crash
+    assert_eq!(installed(), Some(stale_id));
+
+    // A new shield replaces it, and shields.
+    let fresh =
+        n.b.enter(move || {
+            let mut s = VipShield::load(8).unwrap();
+            s.set_vips(&[vip4]).unwrap();
+            let i = fp_ebpf::ifindex("eth0").unwrap();
+            assert_eq!(
+                s.attach(i, AttachChoice::Filter).unwrap(),
+                Attachment::Filter
+            );
+            s
+        })
+        .unwrap();
+    let fresh_id = fresh.program().info().unwrap().id;
+    assert_ne!(fresh_id, stale_id);
+    assert_eq!(installed(), Some(fresh_id), "the stale filter was replaced");
+    let during = answers_to(&n, &mut pa, &vip_frames(&n, 0), wait);
+    assert!(
+        !during.contains_key("tcp rst (v4)") && !during.contains_key("icmp unreachable"),
+        "{during:?}"
+    );
+    assert!(fresh.stats().unwrap().dropped >= 6, "{:?}", fresh.stats());
+    // Dropping it (from this thread, outside the namespace) removes the filter.
+    drop(fresh);
+    assert_eq!(installed(), None, "the filter is gone");
+    let after = answers_to(&n, &mut pa, &vip_frames(&n, 1), wait);
+    assert!(
+        after.get("tcp rst (v4)").is_some_and(|&c| c > 0),
+        "{after:?}"
+    );
+
+    // Someone else's filter at the shield's position is not replaced.
+    let refused =
+        n.b.enter(|| {
+            let i = fp_ebpf::ifindex("eth0").unwrap();
+            let decap = fp_ebpf::decap::TcDecap::load(fp_ebpf::decap::DecapConfig::ALL).unwrap();
+            let mut nl = Netlink::open().unwrap();
+            nl.filter_add(&shield::filter(i), decap.program().raw_fd(), "other")
+                .unwrap();
+            let mut s = VipShield::load(8).unwrap();
+            let e = s.attach(i, AttachChoice::Filter).unwrap_err().to_string();
+            nl.filter_del(&shield::filter(i)).unwrap();
+            e
+        })
+        .unwrap();
+    assert!(refused.contains("not flowplane's VIP shield"), "{refused}");
 }

@@ -380,6 +380,84 @@ fn rx_vip_frames_reach_the_port_generic() {
     rx_reaches_port(ModeChoice::Generic);
 }
 
+/// Frames the peer sends a few milliseconds apart, read in one `rx_burst`, carry their own
+/// receive times (the XDP program's `bpf_ktime_get_ns`, passed in the frame's metadata), not one
+/// time for the burst: the gaps follow the send gaps, stamps never go back, and none is later
+/// than a clock reading taken after the burst.
+fn stamps_follow_send_gaps(mode: ModeChoice) {
+    let net = Net::new(1);
+    let mut port = open(&net, 0, &cfg(mode));
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let mut pool = Pool::new(256);
+    let mut b = burst();
+    let gap = Duration::from_millis(3);
+    let mut last = 0u64;
+    for round in 0..3u16 {
+        let mut sent_at = Vec::new();
+        let mut sent = Vec::new();
+        for i in 0..8u16 {
+            if i > 0 {
+                std::thread::sleep(gap);
+            }
+            let f = frame_to(if i % 2 == 0 { VIP4 } else { VIP6 }, round * 8 + i);
+            sent_at.push(fp_engine::sys::monotonic_ns());
+            peer.send(&f);
+            sent.push(f);
+        }
+        let sent_end = fp_engine::sys::monotonic_ns();
+        std::thread::sleep(Duration::from_millis(20));
+        let n = port.rx_burst(&mut pool, &mut b, 32);
+        let after = fp_engine::sys::monotonic_ns();
+        assert_eq!(n, 8, "round {round}: the 8 frames in one burst");
+        let got: Vec<Vec<u8>> = b.iter().map(|p| p.data().to_vec()).collect();
+        assert_eq!(
+            got, sent,
+            "round {round}: the frames themselves are unchanged"
+        );
+        let ts: Vec<u64> = b.iter().map(|p| p.ts_ns).collect();
+        pool.put_all(&mut b);
+        eprintln!(
+            "{mode:?} round {round}: stamp gaps (us) {:?}",
+            ts.windows(2)
+                .map(|w| w[1].saturating_sub(w[0]) / 1000)
+                .collect::<Vec<_>>()
+        );
+        assert!(ts[0] >= last, "stamps go forward across bursts");
+        assert!(
+            ts[0] >= sent_at[0],
+            "the first frame is stamped after it was sent"
+        );
+        assert!(ts[7] <= after, "no stamp after the burst");
+        for (i, w) in ts.windows(2).enumerate() {
+            assert!(
+                w[1] >= w[0] + 1_000_000,
+                "round {round}: frames {i} and {} were sent {} us apart but stamped {} us apart",
+                i + 1,
+                (sent_at[i + 1] - sent_at[i]) / 1000,
+                w[1].saturating_sub(w[0]) / 1000
+            );
+        }
+        assert!(
+            ts[7] - ts[0] <= sent_end - sent_at[0] + 5_000_000,
+            "stamps span {} ns, sends {} ns",
+            ts[7] - ts[0],
+            sent_end - sent_at[0]
+        );
+        last = ts[7];
+    }
+    assert_eq!(port.stats().rx, 24);
+}
+
+#[test]
+fn receive_times_are_per_frame_native() {
+    stamps_follow_send_gaps(ModeChoice::Native);
+}
+
+#[test]
+fn receive_times_are_per_frame_generic() {
+    stamps_follow_send_gaps(ModeChoice::Generic);
+}
+
 /// A UDP frame from A (a VIP) to B with destination port `dport` and `payload` bytes, appended
 /// to `b` in a buffer from `pool`; returns its bytes.
 fn push_frame_from_a(
