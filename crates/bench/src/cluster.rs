@@ -9,7 +9,7 @@
 //!   snd: s0 ══ p0 node 0 (CPU 0) ic0 ══ ic0 node 1 (CPU 1) p0 ══ s1 :snd
 //! ```
 //!
-//! Each node is `fp_cluster::live` on one external port and the interconnect (a veth pair joining
+//! Each node is `fp_cluster::harness` on one external port and the interconnect (a veth pair joining
 //! the two nodes: a two-node mesh), its worker pinned to its core. A sender thread in `snd`
 //! writes 60-byte frames whose destinations are uniform over every entry, alternating bursts into
 //! node 0's and node 1's external port, as fast as the sockets take them; each frame leaves at
@@ -33,7 +33,7 @@
 
 use super::{CommonOpts, Record, Report};
 use anyhow::{anyhow, bail, Context, Result};
-use fp_cluster::{build_tables, live, ClusterConfig, Mode, Tables};
+use fp_cluster::{build_tables, harness, ClusterConfig, Mode, Tables};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
@@ -135,10 +135,10 @@ fn run_mode(
     let mut nodes = Vec::with_capacity(2);
     for i in 0..2u8 {
         let d = driver.to_string();
-        let ports = b.nodes[i as usize].enter(move || live::open(&["p0"], "ic0", &d))??;
+        let ports = b.nodes[i as usize].enter(move || harness::open(&["p0"], "ic0", &d))??;
         let mut nc = cfg.node_config(i);
         nc.ports = 1;
-        nodes.push(live::start_on(
+        nodes.push(harness::start_on(
             nc,
             tables[i as usize].clone(),
             ports,

@@ -1,7 +1,7 @@
 //! `flowplane-bench lb`: the load balancer's packet thread, Maglev §5.2.2 (Fig 9) in software.
 //!
 //! One worker on one core processes pre-built 64-byte-class TCP frames from memory: each burst of 32
-//! is copied into packet buffers (what a port's receive does), run through `LbWorker::process`
+//! is copied into packet buffers (what a port's receive does), run through `LbStage::process`
 //! (parse → VIP → batched connection lookup → Maglev on a miss → GRE encapsulation), and recycled.
 //! Three traffic types as in the paper:
 //!
@@ -33,8 +33,8 @@ use anyhow::{Context, Result};
 use fp_engine::sys::pin_to_cpu;
 use fp_lb::config::LbConfig;
 use fp_lb::snapshot::{Builder, Published, Snapshot};
+use fp_lb::stage::LbStage;
 use fp_lb::stats::{Outcome, Totals};
-use fp_lb::worker::LbWorker;
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
 use fp_wire::PacketSummary;
@@ -200,7 +200,7 @@ pub fn run(a: LbArgs) -> Result<()> {
         // (and at most 80 % full with the tracked ones, for tables larger than the SYN slices).
         let capacity = (n as usize + syn_total + syn_total / 2).max(n as usize * 5 / 4);
         let snaps = snapshots(capacity, CACHE_ENTRIES)?;
-        let mut worker = LbWorker::new(0, snaps, a.common.seed)?;
+        let mut worker = LbStage::new(0, snaps, a.common.seed)?;
         // The cases above the cache ones run without it (switched off, the same code path as a
         // worker configured without one).
         worker.set_flow_cache(false);
@@ -318,7 +318,7 @@ fn flood(
     syn_with_room: &dyn Fn() -> f64,
 ) -> Result<()> {
     let snaps = snapshots(n as usize, 0)?;
-    let mut full = LbWorker::new(0, snaps, common.seed ^ 1)?;
+    let mut full = LbStage::new(0, snaps, common.seed ^ 1)?;
     let mut pool = Pool::new(4 * MAX_BURST);
     // Fill with established connections: packets that are not SYNs, each recorded as it
     // misses, until the bounded inserts stop finding room (twice the capacity offered: the
@@ -332,7 +332,7 @@ fn flood(
     let (tracked, slots) = (full.connections().0, full.connection_slots().0);
     let fill = tracked as f64 / slots as f64;
     anyhow::ensure!(
-        fill >= fp_lb::worker::PRESSURE,
+        fill >= fp_lb::stage::PRESSURE,
         "the flood table is not under pressure ({tracked} of {slots} slots)"
     );
     // Flood SYNs from addresses no connection uses (balanced without an entry, so the same
@@ -446,7 +446,7 @@ fn cache_cases(
     rounds: usize,
     per_round: usize,
     seed: u64,
-    worker: &std::cell::RefCell<LbWorker>,
+    worker: &std::cell::RefCell<LbStage>,
     pool: &std::cell::RefCell<Pool>,
     now: u64,
 ) -> Result<()> {

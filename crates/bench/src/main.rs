@@ -42,6 +42,7 @@ mod live;
 mod maglev;
 mod plot;
 mod setsep;
+mod sux_peer;
 mod switch;
 
 /// Large heap allocations on transparent huge pages, so peers run on the same pages as flowplane.

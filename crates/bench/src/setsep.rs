@@ -33,9 +33,9 @@
 
 use super::plot::{self, Axes, Series};
 use super::{CommonOpts, Record, Report};
+use crate::sux_peer::SuxVFunc;
 use anyhow::{anyhow, Context, Result};
 use fp_cluster::{ClusterConfig, Frames, GenPort, Mode, Update, MAX_HOPS};
-use fp_setsep::peer::SuxVFunc;
 use fp_setsep::{Config, SetSep, Updater};
 use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
@@ -195,7 +195,7 @@ fn table1(a: &SetsepArgs, report: &mut Report, bits: &mut HashMap<u8, f64>) -> R
             Some(&r) => r,
             None => {
                 let t = Instant::now();
-                let f = SuxVFunc::build(&keys, &vals, threads).map_err(|e| anyhow!(e))?;
+                let f = SuxVFunc::build(&keys, &vals, threads)?;
                 let r = (
                     n as f64 / t.elapsed().as_secs_f64() / 1e6,
                     f.bytes() as f64 * 8.0 / n as f64,
@@ -340,7 +340,7 @@ fn fig7(a: &SetsepArgs, report: &mut Report) -> Result<()> {
             || SuxVFunc::build(&keys, &vals, cores),
             |f| f.as_ref().map_or(0, |f| f.bytes()),
         );
-        let f = f.map_err(|e| anyhow!(e))?;
+        let f = f?;
         let st = table.stats();
         let sux_bits = f.bytes() as f64 * 8.0 / n as f64;
         drop(keys);

@@ -1,6 +1,6 @@
 //! The peer the benchmark compares SetSep with: sux's `VFunc` (Vigna, "ε-cost sharding", 2025), a
 //! modern static function built on fuse graphs (three cells XORed per key, about 1.1 bits per value
-//! bit), immutable once built. Behind the `sux-peer` feature so the table crate does not pull sux.
+//! bit), immutable once built. It lives in the benchmark binary, so the table crate does not pull sux.
 //!
 //! Values are stored in a bit-field vector of exactly `value_bits` bits per cell.
 
@@ -14,7 +14,7 @@ pub struct SuxVFunc {
 
 impl SuxVFunc {
     /// Build from `keys[i] → values[i]` with at most `threads` threads.
-    pub fn build(keys: &[u64], values: &[u16], threads: usize) -> Result<Self, String> {
+    pub fn build(keys: &[u64], values: &[u16], threads: usize) -> anyhow::Result<Self> {
         let vals: Vec<usize> = values.iter().map(|&v| v as usize).collect();
         let builder = VBuilder::default()
             .expected_num_keys(keys.len())
@@ -25,7 +25,7 @@ impl SuxVFunc {
             builder,
             dsi_progress_logger::no_logging![],
         )
-        .map_err(|e| format!("sux VFunc build: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("sux VFunc build: {e}"))?;
         Ok(SuxVFunc { f })
     }
 

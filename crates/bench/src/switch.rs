@@ -26,8 +26,8 @@ use anyhow::{Context, Result};
 use fp_cuckoo::{CompactMap, CompactWriter, Config, PagePolicy};
 use fp_engine::sys::pin_to_cpu;
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
-use fp_switch::fib::learn_queue;
-use fp_switch::worker::{LookupMode, SwitchWorker};
+use fp_switch::controller::learn_queue;
+use fp_switch::stage::{LookupMode, SwitchWorker};
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,8 +170,12 @@ fn cache_cases(
     let (ltx, _lrx) = learn_queue(1);
     let mut sw = SwitchWorker::new(fib.reader(), PORTS, ltx, u64::MAX);
     sw.set_learning(false);
-    sw.set_cache(CACHE_ENTRIES, fp_switch::fib::FibEpoch::default(), seed)
-        .context("the FIB cache")?;
+    sw.set_cache(
+        CACHE_ENTRIES,
+        fp_switch::controller::FibEpoch::default(),
+        seed,
+    )
+    .context("the FIB cache")?;
     let (entries, bytes) = sw.cache_size().context("a cache was set")?;
     let sw = RefCell::new(sw);
     let pool = RefCell::new(Pool::new(4 * MAX_BURST));
@@ -510,8 +514,8 @@ mod live {
     use fp_pipeline::craft::{self, Endpoints};
     use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
     use fp_pipeline::stage::{Outputs, Stage};
-    use fp_switch::fib::learn_queue;
-    use fp_switch::worker::{LookupMode, SwitchWorker};
+    use fp_switch::controller::learn_queue;
+    use fp_switch::stage::{LookupMode, SwitchWorker};
     use fp_testnet::{Link, Netns, TestNet};
     use rand::{Rng, SeedableRng};
     use std::net::{IpAddr, Ipv4Addr};
@@ -716,7 +720,7 @@ mod live {
                         "--no-pin",
                     ])
                     .spawn()?;
-                p.wait_log("switch ready", Duration::from_secs(20))
+                p.wait_log("flowplane: ready", Duration::from_secs(20))
                     .with_context(|| format!("the switch did not start:\n{}", p.log()))?;
                 announce_receiver(b)?;
                 Some(p)

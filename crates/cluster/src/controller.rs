@@ -5,7 +5,7 @@
 //!
 //! * **add** (ScaleBricks): insert into the owner's FIB, then into the partition table (all replicas);
 //! * **move** A → B: insert into B's FIB, point every partition table at B, remove from A's FIB
-//!   (frames already on their way to A are redirected by A, see `node.rs`);
+//!   (frames already on their way to A are redirected by A, see `stage.rs`);
 //! * **delete**: remove from the owner's FIB, then from the partition table's key set (SetSep keeps
 //!   mapping the key somewhere, and that node drops it as unknown).
 //!
@@ -13,7 +13,7 @@
 //! that takes the new path. Full duplication writes every node's FIB; hash partitioning writes the
 //! key's home node's FIB.
 
-use crate::node::hash_home;
+use crate::stage::hash_home;
 use crate::{Error, Mode};
 use fp_cuckoo::{CompactWriter, InsertError};
 use fp_setsep::Updater;

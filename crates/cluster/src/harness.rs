@@ -1,4 +1,5 @@
-//! Cluster nodes on real interfaces: a node's external ports and its interconnect port opened by
+//! Cluster nodes on real interfaces without etcd, for tests and benchmarks (`flowplane cluster run`
+//! is [`crate::service`]): a node's external ports and its interconnect port opened by
 //! one of the engine's port drivers (`fp_engine::live`: AF_PACKET or AF_XDP, every frame captured,
 //! promiscuous), and the node's stage run by the engine's driver — the same [`NodeStage`] as in
 //! the in-process cluster. Each node can run in its own network namespace (or on its own machine)
@@ -29,7 +30,7 @@
 //! kernel and counted in [`LinkStats::tx_dropped`].
 //!
 //! ```no_run
-//! use fp_cluster::live;
+//! use fp_cluster::harness;
 //! use fp_cluster::{build_tables, ClusterConfig, Mode};
 //!
 //! // Two nodes with two external ports each; host MACs → (owner node, port), static.
@@ -37,19 +38,21 @@
 //! let hosts = [(0x0200_0000_0a01, 0, 0), (0x0200_0000_0a02, 1, 0)];
 //! let (mut tables, _control) = build_tables(&cfg, &hosts)?;
 //! // In node 1's namespace (here: this thread's), node 1's ports, then the node on its thread.
-//! let ports = live::open(&["p0", "p1"], "ic0", "af_packet")?;
-//! let node = live::start(cfg.node_config(1), tables.remove(1), ports)?;
+//! let ports = harness::open(&["p0", "p1"], "ic0", "af_packet")?;
+//! let node = harness::start(cfg.node_config(1), tables.remove(1), ports)?;
 //! println!("{:?}", node.stats());
 //! node.stop()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::node::{Counters, NodeConfig, NodeStage, Published, Tables, Tracer, DEFER};
+use crate::stage::{
+    Counters, NodeConfig, NodeStage, Published, PublishedCounters, Tables, Tracer, DEFER,
+};
 use fp_engine::driver::{self, EngineError, Options, Running, Worker, WorkerCounters};
 use fp_engine::live::{Capture, LiveControl, LiveError, LiveSpec};
 use fp_engine::port::Port;
 use fp_pipeline::packet::MAX_BURST;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Receive ring memory per AF_PACKET socket: 2 MiB (a node has a socket per external port and one
@@ -137,7 +140,7 @@ pub struct NodeStats {
 pub struct LiveNode {
     running: Running<NodeStage>,
     engine: Arc<WorkerCounters>,
-    published: Arc<Mutex<Published>>,
+    published: Arc<PublishedCounters>,
     _control: LiveControl,
 }
 
@@ -166,23 +169,19 @@ pub fn start_traced(
     tracer: Option<Tracer>,
 ) -> Result<LiveNode, EngineError> {
     let NodePorts { ports, control } = ports;
-    let published = Arc::new(Mutex::new(Published::default()));
+    let published = Arc::new(PublishedCounters::default());
     let mut stage = NodeStage::new(cfg, tables);
     stage.publish_to(published.clone());
     if let Some(t) = tracer {
         stage.trace_to(t);
     }
-    let opts = Options {
+    let mut opts = Options {
         name: format!("fp-node{}", cfg.id),
         pin: cpu.is_some(),
         first_cpu: cpu.unwrap_or(0),
-        burst: cfg.burst,
-        buffers: (cfg.ports as usize + 2) * MAX_BURST + 2 * DEFER,
-        max_backlog: 2 * DEFER,
-        // Frames in flight toward the node when it is stopped are still forwarded.
-        drain: Duration::from_secs(1),
         ..Options::default()
     };
+    driver_options(&cfg, &mut opts);
     let running = driver::start(vec![Worker { stage, ports }], &opts)?;
     let engine = running.counters().remove(0);
     Ok(LiveNode {
@@ -193,8 +192,17 @@ pub fn start_traced(
     })
 }
 
+/// The driver's settings for a node's worker.
+pub(crate) fn driver_options(cfg: &NodeConfig, o: &mut Options) {
+    o.burst = cfg.burst;
+    o.buffers = (cfg.ports as usize + 2) * MAX_BURST + 2 * DEFER;
+    o.max_backlog = 2 * DEFER;
+    // Frames in flight toward the node when it is stopped are still forwarded.
+    o.drain = Duration::from_secs(1);
+}
+
 /// A node's statistics from its engine counters and its last publication.
-fn stats_of(engine: &WorkerCounters, p: &Published) -> NodeStats {
+pub(crate) fn stats_of(engine: &WorkerCounters, p: &Published) -> NodeStats {
     let (ic, ext) = engine
         .ports
         .split_last()
@@ -232,14 +240,19 @@ fn stats_of(engine: &WorkerCounters, p: &Published) -> NodeStats {
 #[derive(Clone)]
 pub struct StatsReader {
     engine: Arc<WorkerCounters>,
-    published: Arc<Mutex<Published>>,
+    published: Arc<PublishedCounters>,
 }
 
 impl StatsReader {
+    /// A reader of the node whose driver counters are `engine` and whose stage publishes into
+    /// `published` ([`NodeStage::publish_to`]).
+    pub fn new(engine: Arc<WorkerCounters>, published: Arc<PublishedCounters>) -> StatsReader {
+        StatsReader { engine, published }
+    }
+
     /// The node's counters (as of its last publication, about every 10 ms) and its sockets'.
     pub fn stats(&self) -> NodeStats {
-        let p = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        stats_of(&self.engine, &p)
+        stats_of(&self.engine, &self.published.load())
     }
 
     /// The engine's per-port counters of the node's worker (external ports, then the

@@ -27,7 +27,7 @@
 //!
 //! Broadcast and multicast frames (ARP requests) have no owner: the ingress node floods them to its
 //! other external ports and, in one interconnect frame, to every other node, which emits them on
-//! all its external ports (see `node.rs`).
+//! all its external ports (see `stage.rs`).
 //!
 //! **Guarantees** (tested in `tests/cluster.rs`): every frame for a known key leaves its owner's
 //! external port exactly once; under ScaleBricks with at most one interconnect hop (zero if it
@@ -64,22 +64,27 @@
 //! ```
 #![deny(unsafe_code)]
 
-pub mod app;
+pub mod cli;
+pub mod config;
 mod controller;
+pub mod entries;
 pub mod fabric;
 mod gen;
+pub mod harness;
 pub mod interconnect;
-pub mod live;
 mod member;
-mod node;
+pub mod metrics;
+pub mod service;
+mod stage;
+pub mod store;
 
 pub use controller::{Controller, Update};
 pub use fabric::{fabric, FabricPort};
 pub use gen::{Delivery, Frames, GenPort, Sink};
 pub use member::{Member, MemberStats};
-pub use node::{
-    hash_home, Counters, NodeConfig, NodeStage, NodeTrace, Published, Tables, Tracer, DEFER,
-    MAX_BURST, MAX_HOPS,
+pub use stage::{
+    hash_home, Counters, NodeConfig, NodeStage, NodeTrace, Published, PublishedCounters, Tables,
+    Tracer, DEFER, MAX_BURST, MAX_HOPS,
 };
 
 use fp_cuckoo::{CompactMap, InsertError};

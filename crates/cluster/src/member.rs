@@ -2,7 +2,7 @@
 //! writer of *this* node's FIB share and of its partition-table replica, fed with the cluster's
 //! entry changes in one global order (the revision order of the store that holds them, e.g.
 //! etcd). Sans-I/O: [`Member::set`] / [`Member::remove`] / [`Member::set_down`] are the events;
-//! `app.rs` reads them from etcd.
+//! `service.rs` reads them from etcd.
 //!
 //! Each node applies every change to what it holds, in the order the in-process
 //! [`Controller`](crate::Controller) uses for one node: the FIB insert before the partition-table
@@ -30,7 +30,7 @@
 //! stored keys.
 
 use crate::controller::{check_entry, set_down};
-use crate::node::{hash_home, Tables};
+use crate::stage::{hash_home, Tables};
 use crate::{gpt_config, home_seed, node_fib, ClusterConfig, Error, Mode, NodeMemory, Update};
 use fp_cuckoo::CompactWriter;
 use fp_setsep::Updater;

@@ -42,24 +42,29 @@
 //! packet's `tag` (0: it entered here), for ports and tests that count them.
 //!
 //! **Tracer.** With a [`Tracer`] set, a frame carrying the packet tracer's probe
-//! (`fp_control::trace`; inside the interconnect header when it comes from another node) is
+//! (`fp_pipeline::trace`; inside the interconnect header when it comes from another node) is
 //! forwarded as usual and recorded: where it came from, its destination and the node the
 //! partition table names for it, and where it went (external ports, another node, all nodes) —
-//! rate-limited per node. Looking for probes costs a few header reads per frame.
+//! rate-limited per node, queued for the control side. Looking for probes costs a length test for
+//! short frames and a parse for long ones.
+//!
+//! **Counters for other threads.** At every maintenance the node stores its counters into a
+//! [`PublishedCounters`] (single-writer atomics, no lock); readers load them at any time.
 
 use crate::interconnect::{
     node_mac, strip, Encap, Interconnect, Kind, ALL_NODES, ENCAP, ETHERTYPE_INTERCONNECT, FLOOD_MAC,
 };
 use crate::Mode;
-use fp_control::trace::{probe_id, Limiter, Record, TraceLog};
 use fp_cuckoo::CompactReader;
 pub use fp_pipeline::packet::MAX_BURST;
 use fp_pipeline::packet::{Packet, Pool};
 use fp_pipeline::stage::{Outputs, Stage};
+use fp_pipeline::stats::Counter;
+use fp_pipeline::trace::{probe_id, ProbeSender};
 use fp_setsep::SetSep;
 use fp_wire::ethernet::MacAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Most interconnect hops a frame may take. ScaleBricks takes one; each redirect (a move that
 /// overtook the frame) adds one, and a frame overtaken by several moves of its entry follows them
@@ -157,6 +162,81 @@ pub struct Published {
     pub ic_ignored: u64,
 }
 
+/// Where a node publishes its counters for readers on other threads: one single-writer atomic
+/// per figure (the node writes, at every maintenance; readers load at any time and see each
+/// figure at some recent value). No lock on the node's side.
+#[derive(Debug, Default)]
+pub struct PublishedCounters {
+    seq: Counter,
+    figures: [Counter; FIGURES],
+}
+
+/// Figures of a [`Published`]: 16 counters, 3 hop counts, `tx_no_port`, `ic_ignored`.
+const FIGURES: usize = 21;
+
+impl PublishedCounters {
+    /// Store `p` (the node, at maintenance).
+    pub fn store(&self, p: &Published) {
+        let c = &p.counters;
+        let v: [u64; FIGURES] = [
+            c.ext_rx,
+            c.emitted,
+            c.ic_rx,
+            c.ic_tx,
+            c.gpt_lookups,
+            c.fib_lookups,
+            c.redirected,
+            c.drop_unknown,
+            c.drop_malformed,
+            c.drop_link_full,
+            c.drop_oversize,
+            c.drop_no_buffer,
+            c.drop_owner_down,
+            c.flooded,
+            c.flood_ic_rx,
+            c.flood_emitted,
+            p.by_hops[0],
+            p.by_hops[1],
+            p.by_hops[2],
+            p.tx_no_port,
+            p.ic_ignored,
+        ];
+        for (f, x) in self.figures.iter().zip(v) {
+            f.set(x);
+        }
+        self.seq.set(p.seq);
+    }
+
+    /// The figures last stored.
+    pub fn load(&self) -> Published {
+        let v: Vec<u64> = self.figures.iter().map(Counter::get).collect();
+        Published {
+            seq: self.seq.get(),
+            counters: Counters {
+                ext_rx: v[0],
+                emitted: v[1],
+                ic_rx: v[2],
+                ic_tx: v[3],
+                gpt_lookups: v[4],
+                fib_lookups: v[5],
+                redirected: v[6],
+                drop_unknown: v[7],
+                drop_malformed: v[8],
+                drop_link_full: v[9],
+                drop_oversize: v[10],
+                drop_no_buffer: v[11],
+                drop_owner_down: v[12],
+                flooded: v[13],
+                flood_ic_rx: v[14],
+                flood_emitted: v[15],
+            },
+            by_hops: [v[16], v[17], v[18]],
+            tx_no_port: v[19],
+            ic_ignored: v[20],
+        }
+    }
+}
+
 /// A node's identity and sizes.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeConfig {
@@ -235,45 +315,8 @@ pub struct NodeTrace {
     pub decision: &'static str,
 }
 
-impl Record for NodeTrace {
-    fn write_json(&self, s: &mut String) {
-        use std::fmt::Write as _;
-        let _ = write!(s, "\"node_id\":{},\"in_port\":", self.node);
-        match self.in_port {
-            Some(p) => {
-                let _ = write!(s, "{p}");
-            }
-            None => s.push_str("null"),
-        }
-        match self.from_node {
-            Some((n, h)) => {
-                let _ = write!(s, ",\"from_node\":{n},\"hops\":{h}");
-            }
-            None => s.push_str(",\"from_node\":null,\"hops\":0"),
-        }
-        let _ = write!(s, ",\"dst\":\"{}\",\"owner\":", self.dst);
-        match self.owner {
-            Some(o) => {
-                let _ = write!(s, "{o}");
-            }
-            None => s.push_str("null"),
-        }
-        let _ = write!(s, ",\"decision\":\"{}\",\"out\":[", self.decision);
-        for (i, o) in self.out.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            fp_control::json::push_str(s, o);
-        }
-        s.push(']');
-    }
-}
-
-/// A node's tracer: the shared log and this node's rate limit.
-pub struct Tracer {
-    pub log: Arc<TraceLog<NodeTrace>>,
-    pub limiter: Limiter,
-}
+/// A node's tracer: its queue of records to the control side (with the rate limit).
+pub type Tracer = ProbeSender<NodeTrace>;
 
 /// A probe seen in a burst: its id, its destination, the node that sent it and the hops it took.
 type Probe = (u64, MacAddr, Option<(u8, u8)>);
@@ -295,7 +338,7 @@ pub struct NodeStage {
     by_hops: [u64; 3],
     tx_no_port: u64,
     ic_ignored: u64,
-    publish: Option<Arc<Mutex<Published>>>,
+    publish: Option<Arc<PublishedCounters>>,
     seq: u64,
     keys: [u64; MAX_BURST],
     owner: [u16; MAX_BURST],
@@ -396,7 +439,7 @@ impl NodeStage {
     /// After a burst: where each probe went.
     #[cold]
     #[inline(never)]
-    fn record_probes(&mut self, in_port: Option<u16>, out: &Outputs) {
+    fn record_probes(&mut self, in_port: Option<u16>, out: &Outputs, now_ns: u64) {
         let n = std::mem::take(&mut self.n_probes);
         let ic = self.ports as usize;
         for k in 0..n {
@@ -432,11 +475,12 @@ impl NodeStage {
             let Some(t) = self.tracer.as_mut() else {
                 return;
             };
-            if !t.limiter.take() {
+            if !t.admit(now_ns) {
                 continue;
             }
-            t.log.push(
+            t.send(
                 id,
+                now_ns,
                 NodeTrace {
                     node: self.id,
                     in_port,
@@ -451,7 +495,7 @@ impl NodeStage {
     }
 
     /// Publish the counters into `to` at every maintenance (for readers on other threads).
-    pub fn publish_to(&mut self, to: Arc<Mutex<Published>>) {
+    pub fn publish_to(&mut self, to: Arc<PublishedCounters>) {
         self.publish = Some(to);
     }
 
@@ -881,7 +925,7 @@ impl Stage for NodeStage {
         rx: &mut Vec<Packet>,
         out: &mut Outputs,
         pool: &mut Pool,
-        _now_ns: u64,
+        now_ns: u64,
     ) {
         self.down_now = self.tables.down.load(Ordering::Relaxed);
         let interconnect = port == self.ports as usize;
@@ -896,7 +940,7 @@ impl Stage for NodeStage {
             self.apply(port as u16, rx, out, pool);
         }
         if self.n_probes > 0 {
-            self.record_probes((!interconnect).then_some(port as u16), out);
+            self.record_probes((!interconnect).then_some(port as u16), out, now_ns);
         }
     }
 
@@ -915,8 +959,7 @@ impl Stage for NodeStage {
     fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {
         if let Some(m) = &self.publish {
             self.seq += 1;
-            let p = self.published();
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = p;
+            m.store(&self.published());
         }
     }
 }

@@ -22,8 +22,8 @@
 //! with the reason.
 
 use anyhow::{bail, ensure, Context, Result};
+use fp_cluster::harness::{self, LiveNode, NodeStats};
 use fp_cluster::interconnect::{node_mac, Interconnect, Kind};
-use fp_cluster::live::{self, LiveNode, NodeStats};
 use fp_cluster::{build_tables, ClusterConfig, Controller, Counters, Mode, Update};
 use fp_testnet::{Netns, TestNet};
 use fp_wire::ethernet::MacAddr;
@@ -356,8 +356,8 @@ fn two_node_cluster_on_veths_and_a_bridge() -> Result<()> {
     let (tables, mut control) = build_tables(&cfg, &entries)?;
     let mut nodes: Vec<LiveNode> = vec![];
     for (i, t) in tables.into_iter().enumerate() {
-        let ports = topo.nodes[i].enter(|| live::open(&["p0", "p1"], "ic0", "af_packet"))??;
-        nodes.push(live::start(cfg.node_config(i as u8), t, ports)?);
+        let ports = topo.nodes[i].enter(|| harness::open(&["p0", "p1"], "ic0", "af_packet"))??;
+        nodes.push(harness::start(cfg.node_config(i as u8), t, ports)?);
     }
 
     // The nodes run on their own threads for the whole test; the scenario reads their counters.

@@ -52,13 +52,25 @@ use std::time::{Duration, Instant};
 pub trait AdminHandler: Send + Sync {
     /// The Prometheus text (built with [`crate::metrics::Exposition`]).
     fn metrics(&self) -> String;
-    /// Re-read and apply the configuration: the new generation, or the validation error naming
-    /// the field (the running configuration stays).
-    fn reload(&self) -> Result<u64, String>;
+    /// Re-read and apply the configuration: the new generation, or why not (the running
+    /// configuration stays).
+    fn reload(&self) -> Result<u64, ReloadError>;
     /// Recent trace records as JSON lines (see [`crate::trace::TraceLog::json_lines`]).
     fn traces(&self) -> String;
     /// A human-readable status page.
     fn status(&self) -> String;
+}
+
+/// Why `POST /reload` did not apply a new configuration; the running one stays.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadError {
+    /// The configuration was refused: the message names the field (HTTP 400).
+    #[error("{0}")]
+    Rejected(String),
+    /// The service cannot take a reload now: it is shutting down, or did not answer in time
+    /// (HTTP 503).
+    #[error("{0}")]
+    Unavailable(&'static str),
 }
 
 /// Limits of the admin server.
@@ -508,7 +520,8 @@ fn route(req: &Request, handler: &dyn AdminHandler) -> Response {
         }),
         "/reload" => call(&|| match handler.reload() {
             Ok(g) => text(200, format!("generation {g}")),
-            Err(e) => text(400, e),
+            Err(e @ ReloadError::Rejected(_)) => text(400, e.to_string()),
+            Err(e @ ReloadError::Unavailable(_)) => text(503, e.to_string()),
         }),
         "/trace" => call(&|| Response {
             status: 200,

@@ -43,7 +43,7 @@
 //! ```
 //! use std::io::{Read, Write};
 //! use std::sync::Arc;
-//! use fp_control::admin::{AdminHandler, AdminServer};
+//! use fp_control::admin::{AdminHandler, AdminServer, ReloadError};
 //! use fp_control::metrics::{Exposition, Kind};
 //! use fp_control::trace::{TraceLog, Record};
 //!
@@ -63,7 +63,9 @@
 //!         e.single("app_traced_total", Kind::Counter, "Probes recorded.", self.traces.counts().recorded);
 //!         e.finish()
 //!     }
-//!     fn reload(&self) -> Result<u64, String> { Err("config: no file in this example".into()) }
+//!     fn reload(&self) -> Result<u64, ReloadError> {
+//!         Err(ReloadError::Rejected("config: no file in this example".into()))
+//!     }
 //!     fn traces(&self) -> String { self.traces.json_lines() }
 //!     fn status(&self) -> String { "ok".into() }
 //! }
@@ -92,8 +94,14 @@ mod sys;
 pub mod systemd;
 pub mod trace;
 
-pub use admin::{AdminHandler, AdminOptions, AdminServer};
+/// Write one line to standard error as `flowplane: {msg}` (the journal, under systemd): every
+/// application logs through this.
+pub fn log(msg: impl std::fmt::Display) {
+    eprintln!("flowplane: {msg}");
+}
+
+pub use admin::{AdminHandler, AdminOptions, AdminServer, ReloadError};
 pub use health::{BackendHealth, HealthEvent, HealthMonitor, HealthOptions};
 pub use metrics::{Exposition, Kind, ReloadCounts};
 pub use signal::{ReloadSignal, TerminateSignal};
-pub use trace::{probe_payload, Record, TraceLog, TracerConfig};
+pub use trace::{Record, TraceLog};

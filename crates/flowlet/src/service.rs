@@ -26,7 +26,7 @@
 //! given and the passes it took.
 
 use crate::metrics::FlowletView;
-use crate::stage::{FlowletRecord, FlowletStage, Hooks, LiveStats, MAX_PROBES};
+use crate::stage::{FlowletRecord, FlowletStage, Hooks, LiveStats, PathMemory, MAX_PROBES};
 use anyhow::{bail, Result};
 use fp_control::log;
 use fp_engine::driver::{Finished, Options};
@@ -138,12 +138,13 @@ impl Service for FlowletService {
             trace: self.o.trace.then_some(probes),
             paths: Arc::new(self.o.paths.clone()),
             probes: Vec::with_capacity(MAX_PROBES),
+            last_path: PathMemory::new(),
         });
         self.stats.push(st);
         Ok(stage)
     }
 
-    fn view(&self) -> Arc<FlowletView> {
+    fn view(&self, _: &[Arc<fp_engine::driver::WorkerCounters>]) -> Arc<FlowletView> {
         Arc::new(FlowletView {
             names: Arc::new(self.interfaces.clone()),
             next_hops: self.o.next_hops.clone(),

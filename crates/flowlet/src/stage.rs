@@ -22,8 +22,8 @@
 //!   queue (`fp_pipeline::trace`).
 
 use fp_flowstate::{
-    Action, Decision, DropReason, FiveTuple, FiveTuple6, FlowletConfig, FlowletCounters, FlowletLb,
-    PacketIn, Stats,
+    Action, Decision, DropReason, FiveTuple, FiveTuple6, FlowKey, FlowletConfig, FlowletCounters,
+    FlowletEvent, FlowletLb, PacketIn, Stats,
 };
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::stage::{Outputs, Stage};
@@ -45,6 +45,16 @@ pub(crate) enum Key {
 
 impl Key {
     /// The key of a parsed frame (ports 0 for fragments: see the module doc).
+    /// The flow's hash for the live path memory (any fixed seed: it stays in this worker).
+    #[inline]
+    pub(crate) fn hash(&self) -> u64 {
+        const SEED: u64 = 0x666c_6f77_6c65_7473;
+        match self {
+            Key::V4(k) => k.hash64(SEED),
+            Key::V6(k) => k.hash64(SEED),
+        }
+    }
+
     pub(crate) fn of(s: &PacketSummary) -> Key {
         let (sport, dport) = if s.is_fragment() {
             (0, 0)
@@ -96,6 +106,8 @@ pub struct FlowletStage {
     v6: Option<FlowletLb<FiveTuple6>>,
     /// Buffers of the packets inside the balancer, indexed by token.
     slab: Vec<Option<Packet>>,
+    /// Live: each parked packet's flow hash, indexed by token (for the path memory).
+    flow_hash: Vec<u64>,
     free_tokens: Vec<u32>,
     in4: Vec<PacketIn<FiveTuple>>,
     in6: Vec<PacketIn<FiveTuple6>>,
@@ -131,6 +143,7 @@ impl FlowletStage {
             v4,
             v6: None,
             slab: Vec::with_capacity(cap),
+            flow_hash: Vec::new(),
             free_tokens: Vec::with_capacity(cap),
             in4: Vec::with_capacity(MAX_BURST),
             in6: Vec::with_capacity(MAX_BURST),
@@ -199,8 +212,14 @@ impl FlowletStage {
                 }
             };
             let (ts_ns, len) = (it.pkt.ts_ns, it.pkt.len() as u32);
-            if let (Some(id), Some(h)) = (it.probe, &mut self.live) {
-                h.probe(token, id, it.pkt.data());
+            if let Some(h) = &mut self.live {
+                if let Some(id) = it.probe {
+                    h.probe(token, id, it.pkt.data());
+                }
+                if self.flow_hash.len() < self.slab.len() {
+                    self.flow_hash.resize(self.slab.len(), 0);
+                }
+                self.flow_hash[token as usize] = it.key.hash();
             }
             self.slab[token as usize] = Some(it.pkt);
             match it.key {
@@ -265,7 +284,8 @@ impl FlowletStage {
             };
             self.free_tokens.push(d.token);
             if let Some(h) = &mut self.live {
-                h.decided(&d, p.len(), &self.macs, self.now);
+                let flow = self.flow_hash[d.token as usize];
+                h.decided(&d, p.len(), &self.macs, self.now, flow);
             }
             match d.action {
                 Action::Forward(o) => {
@@ -480,6 +500,43 @@ pub(crate) struct Hooks {
     pub(crate) paths: Arc<Vec<String>>,
     /// (token, probe id, flow text) of probes inside the balancer.
     pub(crate) probes: Vec<(u32, u64, String)>,
+    /// The path each flow's last flowlet took ([`PathMemory`]).
+    pub(crate) last_path: PathMemory,
+}
+
+/// The output a flow's previous flowlet took, remembered past the table's expiry (which is the
+/// gap: after a pause longer than the gap the table no longer knows the flow), so the metrics can
+/// tell flowlets that changed path: a direct-mapped array of `SLOTS` flow fingerprints with their
+/// last output, touched once per flowlet (not per packet). Two flows sharing a slot overwrite
+/// each other, so a move can go uncounted, never counted twice.
+pub(crate) struct PathMemory {
+    slots: Box<[u64]>,
+    /// Flowlets that took another path than the flow's previous one.
+    pub(crate) moved: u64,
+}
+
+impl PathMemory {
+    /// Slots (16 Ki: 128 KiB per worker).
+    const SLOTS: usize = 1 << 14;
+
+    pub(crate) fn new() -> PathMemory {
+        PathMemory {
+            slots: vec![0; Self::SLOTS].into_boxed_slice(),
+            moved: 0,
+        }
+    }
+
+    /// A flowlet of the flow hashed `flow` started on `output`: count it if it moved.
+    #[inline]
+    pub(crate) fn flowlet(&mut self, flow: u64, output: u16) {
+        let slot = &mut self.slots[(flow as usize) & (Self::SLOTS - 1)];
+        let fingerprint = flow & !0xffff;
+        let was = *slot;
+        if was != 0 && was & !0xffff == fingerprint && (was & 0xffff) as u16 != output + 1 {
+            self.moved += 1;
+        }
+        *slot = fingerprint | (output as u64 + 1);
+    }
 }
 
 impl Hooks {
@@ -528,9 +585,19 @@ impl Hooks {
 
     /// A decision for a packet of `len` bytes.
     #[inline]
-    pub(crate) fn decided(&mut self, d: &Decision, len: usize, next_hops: &[MacAddr], now_ns: u64) {
+    pub(crate) fn decided(
+        &mut self,
+        d: &Decision,
+        len: usize,
+        next_hops: &[MacAddr],
+        now_ns: u64,
+        flow: u64,
+    ) {
         match d.action {
             Action::Forward(o) => {
+                if d.event != FlowletEvent::SameFlowlet {
+                    self.last_path.flowlet(flow, o);
+                }
                 self.stats.packets[o as usize].inc();
                 self.stats.bytes[o as usize].add(len as u64);
                 self.stats.passes[(d.passes as usize).clamp(1, 5) - 1].inc();
@@ -584,8 +651,10 @@ impl Hooks {
         );
     }
 
-    /// Maintenance: the flowlet events so far.
-    pub(crate) fn publish_events(&self, e: [u64; 4]) {
+    /// Maintenance: the flowlet events so far (new, gap, moved, same); `moved` is the path
+    /// memory's, which also sees flowlets that start after the table forgot their flow.
+    pub(crate) fn publish_events(&self, mut e: [u64; 4]) {
+        e[2] = self.last_path.moved;
         for (c, v) in self.stats.events.iter().zip(e) {
             c.set(v);
         }
@@ -596,6 +665,23 @@ impl Hooks {
 mod tests {
     use super::*;
     use fp_pipeline::craft::{self, Endpoints};
+
+    #[test]
+    fn the_path_memory_counts_flowlets_that_change_path() {
+        let mut m = PathMemory::new();
+        let (a, b) = (0x1234_5678_9abc_0001u64, 0x8765_4321_0fed_0001u64);
+        m.flowlet(a, 0);
+        m.flowlet(a, 0);
+        assert_eq!(m.moved, 0, "a first flowlet, then one on the same path");
+        m.flowlet(a, 2);
+        assert_eq!(m.moved, 1);
+        // Another flow in the same slot replaces it: no move counted for either.
+        m.flowlet(b, 1);
+        m.flowlet(a, 1);
+        assert_eq!(m.moved, 1);
+        m.flowlet(a, 0);
+        assert_eq!(m.moved, 2);
+    }
 
     #[test]
     fn fragments_are_keyed_without_ports() {

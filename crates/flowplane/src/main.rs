@@ -50,17 +50,17 @@ enum Command {
     /// Run the CuckooSwitch Ethernet switch on live interfaces (`--ports IF1,IF2,... [--driver
     /// af_packet|af_xdp] [--workers N] [--aging-secs S] [--static MAC=PORT] [--fib FILE] [--admin
     /// ADDR]`): MAC learning, aging, flooding, static entries, metrics and tracer.
-    Switch(fp_switch::app::SwitchArgs),
+    Switch(fp_switch::cli::SwitchArgs),
     /// A ScaleBricks cluster whose state lives in etcd: `cluster run --config FILE --node ID` runs
     /// one node (external ports, interconnect port, its FIB share and partition-table replica);
     /// `cluster entries add|move|remove|load|list --config FILE` changes the entries and waits
     /// until every live node applied them; `cluster status` and `cluster check`.
-    Cluster(fp_cluster::app::ClusterArgs),
+    Cluster(fp_cluster::cli::ClusterArgs),
     /// Run the Flowlet load balancer (Switcharoo flow-state table) offline: on a capture (`--in
     /// IN.pcap --out OUT.pcap`) or on generated traffic (`--generate 1-pkt|2-pkt|8-pkt|zipf-flows|MIX
     /// --packets N`), with `--outputs N`, `--gap-us 50`, `--workers N`; each forwarded frame's
     /// destination MAC names its output; prints packets/s and per-outcome counters.
-    Flowlet(fp_flowlet::app::FlowletArgs),
+    Flowlet(fp_flowlet::cli::FlowletArgs),
 }
 
 /// `flowplane bench ...` runs `flowplane-bench ...` from the same directory (the benchmarks and their
@@ -87,9 +87,9 @@ fn main() -> std::process::ExitCode {
         Command::Run(a) => fp_lb::cli::run(a),
         Command::Check(a) => fp_lb::check::run(a),
         Command::Demo(a) => fp_lb::cli::demo(a),
-        Command::Switch(a) => fp_switch::app::run(a),
-        Command::Flowlet(a) => fp_flowlet::app::run(a),
-        Command::Cluster(a) => fp_cluster::app::run(a),
+        Command::Switch(a) => fp_switch::cli::run(a),
+        Command::Flowlet(a) => fp_flowlet::cli::run(a),
+        Command::Cluster(a) => fp_cluster::cli::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -244,7 +244,7 @@ impl Lab {
         let p = self.nodes[i as usize]
             .cmd([BIN, "cluster", "run", "--config", &cfg, "--node", &n])
             .spawn()?;
-        p.wait_log(&format!("node {i} ready"), Duration::from_secs(20))?;
+        p.wait_log("flowplane: ready", Duration::from_secs(20))?;
         Ok(p)
     }
 

@@ -27,8 +27,11 @@
 //!    equality); the receiver queued at most 1 % of the segments it received out of order
 //!    (`TcpExtTCPOFOQueue`).
 //! 2. **Per-packet spraying** (the negative control: gap 1 ns, every packet a flowlet of its own),
-//!    same traffic: the receiver queues at least 10 times more segments out of order than with
-//!    flowlets, and at least 5 % of what it received — the reordering the flowlet gap prevents.
+//!    same traffic: at least 90 % of the input frames start a flowlet (each frame has its own
+//!    receive time, also inside a burst), at least 30 % of consecutive data segments change path
+//!    and at least 30 % of the flowlets count as moved; the receiver queues at least 10 times more
+//!    segments out of order than with flowlets, and at least 5 % of what it received — the
+//!    reordering the flowlet gap prevents. With flowlets, the metrics count moved flowlets too.
 //! 3. A tracer probe (a UDP datagram carrying `FLOWPLANE-TRACE1` and an id) sent during the
 //!    flowlet run appears on `/trace` as forwarded, with its flow, path and next hop.
 //! 4. SIGTERM: exit 0 both times.
@@ -232,6 +235,11 @@ fn moves(segs: &[(u16, u32, usize)]) -> Vec<(u16, usize, usize)> {
 
 /// What one balancer run showed.
 struct Run {
+    /// Frames the balancer received on its input, the flowlets it started (new or after a gap)
+    /// and the flowlets that took another path than their flow's previous one (its metrics).
+    input: f64,
+    flowlets: f64,
+    moved: f64,
     /// Segments the receiver got, and those it queued out of order.
     segments: i64,
     ofo: i64,
@@ -294,7 +302,7 @@ fn run_balancer(lab: &Lab, driver: &str, gap_us: &str) -> Result<Run> {
     let probe: u64 = 0x5eed_f10e;
     lab.snd.enter(move || -> std::io::Result<()> {
         let s = std::net::UdpSocket::bind("10.0.1.2:0")?;
-        s.send_to(&fp_control::trace::probe_payload(probe), (RCV, 9999))?;
+        s.send_to(&fp_pipeline::trace::probe_payload(probe), (RCV, 9999))?;
         Ok(())
     })??;
     let mut trace = String::new();
@@ -323,7 +331,18 @@ fn run_balancer(lab: &Lab, driver: &str, gap_us: &str) -> Result<Run> {
             .unwrap_or(0.0)
         })
         .collect();
+    let event = |e: &str| {
+        sample(
+            &m,
+            "flowplane_flowlet_events_total",
+            &format!("event=\"{e}\""),
+        )
+        .unwrap_or(0.0)
+    };
     Ok(Run {
+        input: sample(&m, "flowplane_flowlet_rx_frames_total", "").unwrap_or(0.0),
+        flowlets: event("new") + event("gap"),
+        moved: event("moved"),
         segments: d("TcpInSegs"),
         ofo: d("TcpExtTCPOFOQueue"),
         per_path,
@@ -362,12 +381,21 @@ fn scenario(driver: &str) -> Result<()> {
     let spray = run_balancer(&lab, driver, "0.001")?;
     println!(
         "[{:>5.2}s] {driver}: per-packet spraying: {:.1} Mbit/s, {} segments, {} out of order \
-         ({:.3} %)",
+         ({:.3} %); {} of {} input frames started a flowlet, {} moved; path changes per flow \
+         (port, segments, changes) {:?}",
         t0.elapsed().as_secs_f64(),
         spray.mbps,
         spray.segments,
         spray.ofo,
-        100.0 * spray.ofo as f64 / spray.segments.max(1) as f64
+        100.0 * spray.ofo as f64 / spray.segments.max(1) as f64,
+        spray.flowlets,
+        spray.input,
+        spray.moved,
+        spray.flows
+    );
+    println!(
+        "{driver}: flowlets (gap 5 ms): {} of {} input frames started a flowlet, {} moved",
+        fl.flowlets, fl.input, fl.moved
     );
 
     let mut failures = Vec::new();
@@ -405,6 +433,33 @@ fn scenario(driver: &str) -> Result<()> {
         failures.push(format!(
             "flowlets: {} of {} segments queued out of order (more than 1 %)",
             fl.ofo, fl.segments
+        ));
+    }
+    // Every frame has its own receive time, so with a gap of 1 ns every packet is a flowlet of
+    // its own, and least-loaded sends consecutive packets of a flow down different paths.
+    if spray.flowlets < 0.9 * spray.input {
+        failures.push(format!(
+            "per-packet spraying: only {} of {} frames started a flowlet (the receive times do \
+             not separate the frames of a burst)",
+            spray.flowlets, spray.input
+        ));
+    }
+    let (seg, changes) = spray
+        .flows
+        .iter()
+        .fold((0, 0), |(s, c), f| (s + f.1, c + f.2));
+    if (changes as f64) < 0.3 * seg as f64 || spray.moved < 0.3 * spray.flowlets {
+        failures.push(format!(
+            "per-packet spraying: {changes} path changes over {seg} data segments, {} of {} \
+             flowlets moved (metrics): too few for per-packet spraying",
+            spray.moved, spray.flowlets
+        ));
+    }
+    if fl.moved < 1.0 {
+        failures.push(format!(
+            "flowlets: the flows changed path (captures) but flowplane_flowlet_events_total\
+             {{event=\"moved\"}} is {}",
+            fl.moved
         ));
     }
     if (spray.ofo as f64) < 0.05 * spray.segments as f64 || spray.ofo < 10 * fl.ofo.max(1) {

@@ -510,7 +510,7 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     let served_by = client.enter(move || -> io::Result<String> {
         let mut s = connect(vip_addr)?;
         let (_, body) = request(&mut s, VIP_GRE, false)?;
-        s.write_all(&fp_control::trace::probe_payload(hit_id))?;
+        s.write_all(&fp_pipeline::trace::probe_payload(hit_id))?;
         // nginx answers the marker with 400 and closes; read it so the close is orderly.
         let _ = fp_testnet::read_http_response(&mut s);
         Ok(body.trim().to_string())
@@ -644,8 +644,8 @@ print("sent", len(pk) + 2)
          first {miss}, second {again}"
     );
     ensure!(
-        after.val("flowplane_traced_packets_total", &[])? >= 3.0,
-        "flowplane_traced_packets_total"
+        after.val("flowplane_trace_records_total", &[("result", "recorded")])? >= 3.0,
+        "flowplane_trace_records_total{{result=\"recorded\"}}"
     );
     step(
         "tracer (hit in a connection; miss then hit from scapy) and malformed packets counted by reason",

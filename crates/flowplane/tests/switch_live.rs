@@ -117,7 +117,7 @@ impl Tap {
             for p in b.drain(..) {
                 if let Some(t) = tag_of(p.data()) {
                     self.seen.push(t);
-                } else if fp_control::trace::probe_id(p.data()).is_some() {
+                } else if fp_pipeline::trace::probe_id(p.data()).is_some() {
                     self.probes += 1;
                 }
                 self.pool.put(p);
@@ -189,7 +189,7 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
         ])
         .spawn()?;
     switch
-        .wait_log("switch ready", Duration::from_secs(20))
+        .wait_log("flowplane: ready", Duration::from_secs(20))
         .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
     let taps = hosts.iter().map(Tap::open).collect::<Result<Vec<_>>>()?;
     Ok(Bed {

@@ -13,7 +13,7 @@
 
 use fp_lb::config::LbConfig;
 use fp_lb::snapshot::{Builder, Published};
-use fp_lb::worker::LbWorker;
+use fp_lb::stage::LbStage;
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
 use std::net::{IpAddr, Ipv4Addr};
@@ -74,7 +74,7 @@ fn main() {
     let snaps = Arc::new(Published::new(Arc::new(
         Builder::new().build(Arc::new(cfg)).expect("snapshot"),
     )));
-    let mut w = LbWorker::new(0, snaps, 1).expect("worker");
+    let mut w = LbStage::new(0, snaps, 1).expect("worker");
     let mut pool = Pool::new(4 * MAX_BURST);
     let (mut rx, mut tx) = (burst(), burst());
     // Frames are crafted before the clock starts: the loop copies them in, as a port's receive would.
@@ -88,7 +88,7 @@ fn main() {
             })
             .collect()
     };
-    let mut run = |w: &mut LbWorker, frames: &[[u8; 64]], n: u64| {
+    let mut run = |w: &mut LbStage, frames: &[[u8; 64]], n: u64| {
         let mut i = 0;
         while i < n {
             for _ in 0..MAX_BURST.min((n - i) as usize) {

@@ -4,10 +4,10 @@
 //!
 //! `cargo run --profile dev-bench -p fp-lb --example tracer_cost`
 
-use fp_control::trace::TracerConfig;
-use fp_lb::trace::{PacketTracer, TraceLog};
-use fp_lb::worker::{TraceRecord, Tracer};
+use fp_lb::stage::{TraceRecord, Tracer};
+use fp_lb::trace::PacketTracer;
 use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::trace::{probe_queue, TracerConfig};
 use fp_wire::FlowKey;
 use std::hint::black_box;
 use std::time::Instant;
@@ -15,7 +15,7 @@ use std::time::Instant;
 struct Never;
 
 impl Tracer for Never {
-    fn wants(&mut self, frame: &[u8], _: &FlowKey) -> bool {
+    fn wants(&mut self, frame: &[u8], _: &FlowKey, _: u64) -> bool {
         black_box(frame);
         false
     }
@@ -27,7 +27,7 @@ fn run(t: &mut dyn Tracer, frames: &[(Vec<u8>, FlowKey)], rounds: usize) -> f64 
     let mut n = 0u64;
     for _ in 0..rounds {
         for (f, k) in frames {
-            n += t.wants(black_box(f), black_box(k)) as u64;
+            n += t.wants(black_box(f), black_box(k), 0) as u64;
         }
     }
     assert_eq!(n, 0);
@@ -59,8 +59,8 @@ fn main() {
         "udp6 64 B payload",
         "udp4 24 B payload",
     ];
-    let log = TraceLog::with_sink(16, "bench".into(), None);
-    let mut tracer = PacketTracer::new(&log, TracerConfig::default());
+    let (probes, _queue) = probe_queue(16, TracerConfig::default());
+    let mut tracer = PacketTracer::new(probes);
     let mut never = Never;
     let rounds = 2_000_000;
     // Warm up, then alternate three times and keep the best of each.

@@ -9,7 +9,7 @@
 //! and the running configuration stays.
 
 use crate::config::{LbConfig, SeedOrigin, VipMatch};
-use crate::controller::Balancer;
+use crate::controller::{Balancer, ControlError};
 use crate::health::{HealthKind, Plan};
 use anyhow::{anyhow, Result};
 use std::fmt::Write;
@@ -44,8 +44,8 @@ pub fn run(a: CheckArgs) -> Result<()> {
 /// Validate a configuration's text exactly as a start does (parse, fields, health plan, the
 /// driver's steering, every VIP's Maglev table) and describe it. `filters_destinations`: whether
 /// the port driver steers by destination address.
-pub fn check(text: &str, filters_destinations: bool) -> Result<String, String> {
-    let cfg = LbConfig::from_toml(text).map_err(|e| e.to_string())?;
+pub fn check(text: &str, filters_destinations: bool) -> Result<String, ControlError> {
+    let cfg = LbConfig::from_toml(text)?;
     let machine = Balancer::new(cfg, None, filters_destinations)?;
     Ok(describe(&machine, &machine.health_plan()))
 }
@@ -322,10 +322,14 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let e = check(&CFG.replace("weight = 3", "weight = 3000000"), false).unwrap_err();
+        let e = check(&CFG.replace("weight = 3", "weight = 3000000"), false)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("pool \"p\".backends[0].weight"), "{e}");
         let bgp = "\n[bgp]\nlocal_as = 65001\npeer = \"10.0.0.1\"\npeer_as = 65000\n";
-        let e = check(&format!("{}{bgp}", CFG.replace("seed = 7", "")), false).unwrap_err();
+        let e = check(&format!("{}{bgp}", CFG.replace("seed = 7", "")), false)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("balancer.seed"), "{e}");
         let ok = check(&format!("{CFG}{bgp}"), false).unwrap();
         assert!(

@@ -39,6 +39,36 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// Why a prefix does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    /// No `/`.
+    #[error("{0:?} is not a prefix (addr/len)")]
+    NotAPrefix(String),
+    /// The part before the `/`.
+    #[error("{0:?} is not an IP address")]
+    NotAnAddress(String),
+    /// The part after the `/`.
+    #[error("{0:?} is not a prefix length")]
+    NotALength(String),
+    /// Longer than the address.
+    #[error("prefix length {len} exceeds {max}")]
+    TooLong {
+        /// The length given.
+        len: u8,
+        /// The address's bits.
+        max: u8,
+    },
+    /// Bits set beyond the length.
+    #[error("{text:?} has host bits set (network is {network})")]
+    HostBits {
+        /// The text given.
+        text: String,
+        /// The network it names.
+        network: Prefix,
+    },
+}
+
 /// An IP prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Prefix {
@@ -50,31 +80,31 @@ pub struct Prefix {
 
 impl Prefix {
     /// Parse `a.b.c.d/len` or `x::y/len`.
-    pub fn parse(s: &str) -> Result<Prefix, String> {
+    pub fn parse(s: &str) -> Result<Prefix, PrefixError> {
         let (a, l) = s
             .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a prefix (addr/len)"))?;
+            .ok_or_else(|| PrefixError::NotAPrefix(s.to_string()))?;
         let addr: IpAddr = a
             .trim()
             .parse()
-            .map_err(|_| format!("{a:?} is not an IP address"))?;
+            .map_err(|_| PrefixError::NotAnAddress(a.to_string()))?;
         let len: u8 = l
             .trim()
             .parse()
-            .map_err(|_| format!("{l:?} is not a prefix length"))?;
+            .map_err(|_| PrefixError::NotALength(l.to_string()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         if len > max {
-            return Err(format!("prefix length {len} exceeds {max}"));
+            return Err(PrefixError::TooLong { len, max });
         }
         let p = Prefix {
             addr: mask(addr, len),
             len,
         };
         if p.addr != addr {
-            return Err(format!(
-                "{s:?} has host bits set (network is {}/{len})",
-                p.addr
-            ));
+            return Err(PrefixError::HostBits {
+                text: s.to_string(),
+                network: p,
+            });
         }
         Ok(p)
     }
@@ -656,7 +686,9 @@ fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         }
         let mut prefixes = Vec::new();
         for (j, p) in g.prefixes.iter().enumerate() {
-            prefixes.push(Prefix::parse(p).map_err(|m| err(format!("{f}.prefixes[{j}]"), m))?);
+            prefixes.push(
+                Prefix::parse(p).map_err(|m| err(format!("{f}.prefixes[{j}]"), m.to_string()))?,
+            );
         }
         prefix_groups.push(PrefixGroup {
             name: g.name.clone(),

@@ -1,5 +1,5 @@
 //! The balancer's controller as a state machine without I/O (Maglev §2.1, §2.2, §4.1.1): events
-//! in, actions out. The live shell ([`crate::live`]) reads files, sockets and the kernel, feeds
+//! in, actions out. The live shell ([`crate::service`]) reads files, sockets and the kernel, feeds
 //! what it learns in as events, and carries out the [`Action`]s; tests drive the same machine with
 //! made-up events and check its decisions without a network.
 //!
@@ -15,8 +15,8 @@
 //!   `balancer.gateway_mac`.
 //! * **Reload** ([`Balancer::prepare_reload`], then [`Balancer::commit_reload`]): parse and
 //!   validate the file, refuse changes of settings fixed at start, check the health plan and the
-//!   destinations the port driver can steer, build a trial snapshot — all without changing
-//!   anything. The shell then updates the health monitor (the one step that can fail for
+//!   destinations the port driver can steer, check that the snapshot can be built — all without
+//!   changing anything. The shell then updates the health monitor (the one step that can fail for
 //!   reasons outside the configuration: a thread), and only then commits: the new configuration,
 //!   the initial states of new backends, a published snapshot, the new destinations to steer.
 //!   A rejected reload ([`Balancer::reject_reload`]) changes nothing and names the field.
@@ -24,7 +24,8 @@
 //!   VIPs to announce over BGP ([`Action::Announce`]): exact-address VIPs of the next hop's
 //!   family with at least one healthy backend, nothing while draining ([`Balancer::drain`]).
 //!
-//! Publishing a snapshot is not I/O: it is an atomic pointer swap the workers read.
+//! Publishing a snapshot is not I/O: it is a pointer swap under a mutex plus a generation counter
+//! the workers read (one atomic load per burst; the lock only when the counter changed).
 
 use crate::config::{LbConfig, SeedOrigin, VipMatch};
 use crate::health::{self, HealthEvent, Plan};
@@ -35,6 +36,44 @@ use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+/// Why a configuration was refused, at start or by a reload (the running one stays). Every
+/// message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The file does not parse or a field is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The health plan could not be made.
+    #[error(transparent)]
+    Health(#[from] crate::health::HealthError),
+    /// The snapshot could not be built.
+    #[error(transparent)]
+    Build(#[from] crate::snapshot::BuildError),
+    /// A setting fixed at start changed.
+    #[error("{field}: cannot change by reload (it is fixed when the balancer starts); restart it")]
+    RestartOnly {
+        /// The field.
+        field: &'static str,
+    },
+    /// A seed was given to a balancer that runs on a random one.
+    #[error(
+        "balancer.seed: the balancer runs on a random seed drawn when it started; giving it one \
+         takes a restart"
+    )]
+    SeedNeedsRestart,
+    /// A prefix/suffix VIP with a port driver that steers listed destinations only.
+    #[error(
+        "vip[{index}] ({name:?}): prefix/suffix VIPs are not steered by a port driver that \
+         filters destinations; use --driver af_packet"
+    )]
+    UnsteerableVip {
+        /// The VIP's index in the file.
+        index: usize,
+        /// Its name.
+        name: String,
+    },
+}
 
 /// What the shell must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +121,7 @@ pub struct Balancer {
 /// Reject a reload that changes a setting fixed at start: table sizes and timeouts the workers
 /// allocated, the flow-hash seed the workers hash with (a balancer that reloaded a new seed would
 /// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
-pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), String> {
+pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), ControlError> {
     let (a, b) = (&old.balancer, &new.balancer);
     let fixed: [(&str, bool); 9] = [
         ("balancer.seed", a.seed != b.seed),
@@ -111,16 +150,14 @@ pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), String> {
         ("bgp", old.bgp != new.bgp),
     ];
     match fixed.iter().find(|(_, changed)| *changed) {
-        Some((field, _)) => Err(format!(
-            "{field}: cannot change by reload (it is fixed when the balancer starts); restart it"
-        )),
+        Some((field, _)) => Err(ControlError::RestartOnly { field }),
         None => Ok(()),
     }
 }
 
 /// The exact VIP addresses: what a port driver that filters in the kernel steers to the workers.
 /// Prefix/suffix VIPs cannot be listed; with such a driver they are an error naming the VIP.
-pub fn destinations(cfg: &LbConfig, filters: bool) -> Result<Vec<IpAddr>, String> {
+pub fn destinations(cfg: &LbConfig, filters: bool) -> Result<Vec<IpAddr>, ControlError> {
     let mut out = Vec::new();
     for (i, v) in cfg.vips.iter().enumerate() {
         match v.matcher {
@@ -130,11 +167,10 @@ pub fn destinations(cfg: &LbConfig, filters: bool) -> Result<Vec<IpAddr>, String
                 }
             }
             VipMatch::Suffix { .. } if filters => {
-                return Err(format!(
-                    "vip[{i}] ({:?}): prefix/suffix VIPs are not steered by a port driver that \
-                     filters destinations; use --driver af_packet",
-                    v.name
-                ))
+                return Err(ControlError::UnsteerableVip {
+                    index: i,
+                    name: v.name.clone(),
+                })
             }
             VipMatch::Suffix { .. } => {}
         }
@@ -150,15 +186,15 @@ impl Balancer {
         config: LbConfig,
         local_mac: Option<MacAddr>,
         filters_destinations: bool,
-    ) -> Result<Balancer, String> {
+    ) -> Result<Balancer, ControlError> {
         destinations(&config, filters_destinations)?;
-        health::plan(&config).map_err(|e| e.to_string())?;
+        health::plan(&config)?;
         let mut builder = Builder::new();
         if let Some(m) = local_mac {
             builder.set_local_mac(m);
         }
         let config = Arc::new(config);
-        let first = builder.build(config.clone()).map_err(|e| e.to_string())?;
+        let first = builder.build(config.clone())?;
         Ok(Balancer {
             config,
             builder,
@@ -191,6 +227,11 @@ impl Balancer {
     /// Reloads so far.
     pub fn reloads(&self) -> ReloadCounts {
         self.reloads
+    }
+
+    /// Snapshots built so far (start, health changes, reloads, neighbour and MTU changes).
+    pub fn snapshot_builds(&self) -> u64 {
+        self.builder.builds()
     }
 
     /// Maglev table changes so far.
@@ -365,18 +406,13 @@ impl Balancer {
         out
     }
 
-    /// Validate a reloaded configuration file's text (or the error reading it) without changing
-    /// anything.
-    pub fn prepare_reload(&self, text: Result<String, String>) -> Result<Reload, String> {
-        let mut cfg = LbConfig::from_toml(&text?).map_err(|e| e.to_string())?;
+    /// Validate a reloaded configuration file's text without changing anything.
+    pub fn prepare_reload(&self, text: &str) -> Result<Reload, ControlError> {
+        let mut cfg = LbConfig::from_toml(text)?;
         if self.config.balancer.seed_origin == SeedOrigin::Random
             && cfg.balancer.seed_origin == SeedOrigin::Configured
         {
-            return Err(
-                "balancer.seed: the balancer runs on a random seed drawn when it started; \
-                 giving it one takes a restart"
-                    .into(),
-            );
+            return Err(ControlError::SeedNeedsRestart);
         }
         if cfg.balancer.seed_origin == SeedOrigin::Random {
             // A file without a seed keeps the one the workers hash with.
@@ -384,13 +420,12 @@ impl Balancer {
             cfg.balancer.seed_origin = self.config.balancer.seed_origin;
         }
         restart_only(&self.config, &cfg)?;
-        let plan = health::plan(&cfg).map_err(|e| e.to_string())?;
+        let plan = health::plan(&cfg)?;
         let destinations = destinations(&cfg, self.filters_destinations)?;
+        // The snapshot itself is built once, at commit, with the health states the monitor
+        // reports for new backends; here only what could make that build fail is checked.
+        self.builder.check(&cfg)?;
         let cfg = Arc::new(cfg);
-        self.builder
-            .clone()
-            .build(cfg.clone())
-            .map_err(|e| e.to_string())?;
         Ok(Reload {
             config: cfg,
             plan,
@@ -511,11 +546,14 @@ mod tests {
                 "balancer.max_backends",
             ),
         ] {
-            let e = restart_only(&old, &cfg(&CFG.replace(from, to))).unwrap_err();
+            let e = restart_only(&old, &cfg(&CFG.replace(from, to)))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(field), "{e}");
         }
         assert!(restart_only(&old, &cfg(&format!("{CFG}{BGP}")))
             .unwrap_err()
+            .to_string()
             .starts_with("bgp"));
     }
 
@@ -527,7 +565,7 @@ mod tests {
         ) + "\n[[prefix_group]]\nname = \"g\"\nprefixes = [\"203.0.113.0/24\"]\n";
         let c = cfg(&text);
         assert!(destinations(&c, false).unwrap().is_empty());
-        let e = destinations(&c, true).unwrap_err();
+        let e = destinations(&c, true).unwrap_err().to_string();
         assert!(e.starts_with("vip[0]"), "{e}");
         assert!(Balancer::new(c, None, true).is_err());
     }
@@ -584,7 +622,7 @@ mod tests {
             "{ address = \"10.0.1.1\" }",
             "{ address = \"10.0.1.1\" }, { address = \"10.0.1.2\" }",
         );
-        let r = b.prepare_reload(Ok(text)).unwrap();
+        let r = b.prepare_reload(&text).unwrap();
         let (_, actions) = b.commit_reload(r, &[]);
         assert!(!actions.iter().any(|x| matches!(x, Action::Resolve(_))));
         assert!(
@@ -601,7 +639,7 @@ mod tests {
         let running = b.config().balancer.seed;
         assert_eq!(b.config().balancer.seed_origin, SeedOrigin::Random);
         for _ in 0..2 {
-            let r = b.prepare_reload(Ok(text.clone())).unwrap();
+            let r = b.prepare_reload(&text).unwrap();
             b.commit_reload(r, &[]);
             assert_eq!(
                 b.config().balancer.seed,
@@ -610,14 +648,14 @@ mod tests {
             );
         }
         // Giving a seed to a balancer running on a random one is a restart-time change.
-        let e = b.prepare_reload(Ok(CFG.to_string())).unwrap_err();
+        let e = b.prepare_reload(CFG).unwrap_err().to_string();
         assert!(
             e.starts_with("balancer.seed") && e.contains("random"),
             "{e}"
         );
         // A balancer started with a seed keeps it when a reloaded file leaves it out.
         let mut c = Balancer::new(cfg(CFG), None, true).unwrap();
-        let r = c.prepare_reload(Ok(text)).unwrap();
+        let r = c.prepare_reload(&text).unwrap();
         c.commit_reload(r, &[]);
         let bal = &c.config().balancer;
         assert_eq!((bal.seed, bal.seed_origin), (7, SeedOrigin::Configured));
@@ -628,24 +666,28 @@ mod tests {
         let mut b = Balancer::new(cfg(CFG), None, true).unwrap();
         // Invalid: nothing changes, the field is named.
         let e = b
-            .prepare_reload(Ok(CFG.replace("pools = [\"p\"]", "pools = [\"q\"]")))
-            .unwrap_err();
+            .prepare_reload(&CFG.replace("pools = [\"p\"]", "pools = [\"q\"]"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("vip[0]"), "{e}");
         b.reject_reload();
         assert_eq!((b.generation(), b.reloads().failed), (1, 1));
-        let e = b
-            .prepare_reload(Err("reading x: no such file".into()))
-            .unwrap_err();
-        assert!(e.starts_with("reading x"));
         // Valid: a new backend, which the monitor reports unhealthy until it passes its checks.
         let text = CFG.replace(
             "{ address = \"10.0.1.1\" }",
             "{ address = \"10.0.1.1\" }, { address = \"10.0.1.2\" }",
         );
-        let r = b.prepare_reload(Ok(text)).unwrap();
+        let builds = b.snapshot_builds();
+        let r = b.prepare_reload(&text).unwrap();
         assert_eq!(r.plan().unchecked.len(), 2);
         assert_eq!(b.generation(), 1, "prepare changes nothing");
+        assert_eq!(b.snapshot_builds(), builds, "prepare builds no snapshot");
         let (g, a) = b.commit_reload(r, &[event("10.0.1.2", false)]);
+        assert_eq!(
+            b.snapshot_builds(),
+            builds + 1,
+            "a reload builds one snapshot"
+        );
         assert_eq!((g, b.generation(), b.reloads().ok), (2, 2, 1));
         assert!(a.contains(&Action::SetDestinations(vec![ip("203.0.113.10")])));
         let snap = b.snapshots().load();
@@ -656,5 +698,32 @@ mod tests {
             .flatten()
             .find(|x| x.address == ip("10.0.1.2"));
         assert!(!down.unwrap().healthy);
+    }
+
+    #[test]
+    fn a_reload_beyond_max_backends_is_refused_before_anything_is_built() {
+        // Backend ids are stable, so addresses seen before keep theirs: three reloads of three
+        // backends each use ids 0..=6, beyond max_backends = 4 although each file has fewer.
+        let base = CFG.replace("[balancer]", "[balancer]\nmax_backends = 4");
+        let with = |addrs: &[u8]| {
+            let list: Vec<String> = addrs
+                .iter()
+                .map(|i| format!("{{ address = \"10.0.1.{i}\" }}"))
+                .collect();
+            base.replace("{ address = \"10.0.1.1\" }", &list.join(", "))
+        };
+        let mut b = Balancer::new(cfg(&with(&[1])), None, true).unwrap();
+        let r = b.prepare_reload(&with(&[2, 3])).unwrap();
+        b.commit_reload(r, &[]);
+        let builds = b.snapshot_builds();
+        let e = b.prepare_reload(&with(&[4, 5, 6])).unwrap_err().to_string();
+        assert!(e.starts_with("balancer.max_backends: backend id 4"), "{e}");
+        b.reject_reload();
+        assert_eq!(
+            b.snapshot_builds(),
+            builds,
+            "nothing built for a refused reload"
+        );
+        assert_eq!(b.generation(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! It implements the forwarder and the controller of *Maglev* (Eisenbud et al., NSDI 2016):
 //!
-//! * §3.1 one [`worker::LbWorker`] per core, fed by flow-affine steering (the kernel's fan-out,
+//! * §3.1 one [`stage::LbStage`] per core, fed by flow-affine steering (the kernel's fan-out,
 //!   the NIC's queues, or the engine's software dispatcher), processing a burst at a time: parse →
 //!   VIP match → connection table → Maglev selection → GRE (or IPIP, VXLAN, L2 DSR)
 //!   encapsulation → emit. The worker is a `fp_pipeline::stage::Stage`: the engine's driver runs it.
@@ -17,10 +17,10 @@
 //!   datagram's owner;
 //! * §2.1/§4.1.1 the controller: a sans-I/O state machine ([`controller`]) fed with health results,
 //!   reloads and neighbour changes, whose actions (announce VIPs over BGP, steer destinations,
-//!   resolve neighbours) a thin shell ([`live`]) carries out;
+//!   resolve neighbours) a thin shell ([`service`], on the service runner `fp-service`) carries out;
 //! * §4.4 metrics ([`metrics`]) and the packet tracer ([`trace`]);
 //! * a configuration checked without running it ([`check`], `flowplane check`), and under systemd
-//!   the notification protocol and watchdog (from `fp-control`, spoken by [`live`]);
+//!   the notification protocol and watchdog (spoken by the service runner);
 //! * per-worker counters for every outcome and drop reason ([`stats`]).
 //!
 //! [`offline`] runs the balancer over capture files and generated traffic; [`backend`] prepares a
@@ -30,7 +30,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use fp_lb::{config::LbConfig, worker::LbWorker};
+//! use fp_lb::{config::LbConfig, stage::LbStage};
 //! use fp_lb::snapshot::{Builder, Published};
 //! use fp_pipeline::packet::{burst, Pool};
 //!
@@ -50,7 +50,7 @@
 //! "#).unwrap();
 //! let mut builder = Builder::new();
 //! let snapshots = Arc::new(Published::new(Arc::new(builder.build(Arc::new(cfg)).unwrap())));
-//! let mut worker = LbWorker::new(0, snapshots.clone(), 0x1234).unwrap();
+//! let mut worker = LbStage::new(0, snapshots.clone(), 0x1234).unwrap();
 //!
 //! // A TCP SYN to the VIP, as a port would deliver it.
 //! let frame = fp_pipeline::craft::tcp_v4("198.51.100.7", 40000, "203.0.113.10", 80, true);
@@ -72,10 +72,10 @@ pub mod config;
 pub mod controller;
 pub mod frag;
 pub mod health;
-pub mod live;
 pub mod metrics;
 pub mod offline;
+pub mod service;
 pub mod snapshot;
+pub mod stage;
 pub mod stats;
 pub mod trace;
-pub mod worker;

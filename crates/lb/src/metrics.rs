@@ -13,16 +13,23 @@
 //! docs/operations.md lists every metric.
 
 use crate::config::VipMatch;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Published, Snapshot};
+use crate::stage::TraceRecord;
 use crate::stats::{Outcome, Totals, WorkerStats};
 use fp_control::health::BackendHealth;
+use fp_control::json;
 pub use fp_control::metrics::ReloadCounts;
 use fp_control::metrics::{Exposition, Kind};
-use fp_control::trace::TraceCounts;
-use fp_engine::driver::WorkerCounters;
+use fp_control::trace::Record;
+use fp_service::View;
+use fp_wire::ethernet::MacAddr;
+use fp_wire::FlowKey;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::Mutex;
 
 /// Figures of one worker that are not counters of [`Totals`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -141,14 +148,6 @@ pub struct MetricsView<'a> {
     pub health: &'a [BackendHealth],
     /// Maglev table changes.
     pub maglev: &'a MaglevChanges,
-    /// Tracer counts (`TraceLog::counts`).
-    pub trace: TraceCounts,
-    /// The interfaces, in the workers' port order.
-    pub interfaces: &'a [String],
-    /// Each worker's engine counters (frames per port, drops of the ports).
-    pub ports: &'a [Arc<WorkerCounters>],
-    /// Time since start.
-    pub uptime: Duration,
 }
 
 /// Upper bounds of the batch-size histogram buckets (`+Inf` added).
@@ -179,9 +178,10 @@ pub(crate) fn proto_text(p: fp_wire::ip::IpProtocol) -> String {
     }
 }
 
-/// Render the metrics of `v` in the Prometheus text format.
-pub fn render(v: &MetricsView<'_>) -> String {
-    let mut o = Exposition::new();
+/// Render the balancer's metric families of `v` in the Prometheus text format (the service
+/// runner adds the families every application has: `flowplane_info`, uptime, workers, trace
+/// records, the engine's port counters).
+pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
     let t = v.totals;
     let snap = v.snapshot;
     let outcome = |name: &str| -> u64 {
@@ -192,23 +192,7 @@ pub fn render(v: &MetricsView<'_>) -> String {
             .unwrap_or(0)
     };
 
-    // Process and configuration.
-    o.family(
-        "flowplane_build_info",
-        Kind::Gauge,
-        "Always 1; the version label says which flowplane runs.",
-    );
-    o.sample(
-        "flowplane_build_info",
-        &[("version", env!("CARGO_PKG_VERSION"))],
-        1u64,
-    );
-    o.single(
-        "flowplane_uptime_seconds",
-        Kind::Gauge,
-        "Seconds since the balancer started.",
-        v.uptime.as_secs_f64(),
-    );
+    // Configuration.
     o.single(
         "flowplane_config_generation",
         Kind::Gauge,
@@ -235,12 +219,6 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "flowplane_config_reloads_total",
         &[("result", "error")],
         v.reloads.failed,
-    );
-    o.single(
-        "flowplane_workers",
-        Kind::Gauge,
-        "Worker threads forwarding packets.",
-        v.workers.len(),
     );
 
     // Traffic and outcomes.
@@ -417,18 +395,6 @@ pub fn render(v: &MetricsView<'_>) -> String {
         "flowplane_fragments_total",
         &[("action", "redirect_in")],
         outcome("frag_redirect_in"),
-    );
-    o.single(
-        "flowplane_traced_packets_total",
-        Kind::Counter,
-        "Probe packets the workers traced (Maglev 4.4).",
-        outcome("traced"),
-    );
-    o.single(
-        "flowplane_trace_rate_limited_total",
-        Kind::Counter,
-        "Probe packets forwarded without a trace record because of the tracer's rate limit.",
-        v.trace.suppressed,
     );
     // Outcomes this renderer does not know by name (added to the pipeline later) still show.
     const KNOWN: [&str; 27] = [
@@ -610,19 +576,19 @@ pub fn render(v: &MetricsView<'_>) -> String {
             }
         };
     vip_counter(
-        &mut o,
+        o,
         "flowplane_vip_packets_total",
         "Packets forwarded to each VIP's backends.",
         |c| c.0,
     );
     vip_counter(
-        &mut o,
+        o,
         "flowplane_vip_bytes_total",
         "Bytes forwarded to each VIP's backends (inner packets, before encapsulation).",
         |c| c.1,
     );
     vip_counter(
-        &mut o,
+        o,
         "flowplane_vip_connections_total",
         "Connections assigned (Maglev selections recorded) per VIP.",
         |c| c.2,
@@ -751,19 +717,19 @@ pub fn render(v: &MetricsView<'_>) -> String {
             }
         };
     backend_counter(
-        &mut o,
+        o,
         "flowplane_backend_packets_total",
         "Packets forwarded to each backend.",
         |c| c.0,
     );
     backend_counter(
-        &mut o,
+        o,
         "flowplane_backend_bytes_total",
         "Bytes forwarded to each backend (inner packets, before encapsulation).",
         |c| c.1,
     );
     backend_counter(
-        &mut o,
+        o,
         "flowplane_backend_connections_total",
         "Connections assigned to each backend by Maglev selection.",
         |c| c.2,
@@ -816,8 +782,187 @@ pub fn render(v: &MetricsView<'_>) -> String {
             h.transitions,
         );
     }
-    fp_control::metrics::ports(&mut o, "flowplane", v.interfaces, v.ports);
-    o.finish()
+}
+
+/// What the control thread publishes for the admin server after every change: the reader
+/// copies it under a lock held only for the copy, never across a reload.
+#[derive(Clone, Debug, Default)]
+pub struct ControlState {
+    /// The configuration file.
+    pub config_path: String,
+    /// Configuration generation.
+    pub generation: u64,
+    /// Reloads so far.
+    pub reloads: ReloadCounts,
+    /// Health-check states.
+    pub health: Vec<BackendHealth>,
+    /// Maglev table changes.
+    pub maglev: MaglevChanges,
+    /// The neighbour MACs last read.
+    pub neighbors: HashMap<IpAddr, MacAddr>,
+    /// The BGP speaker's session and announcements, when there is one.
+    pub bgp: Option<String>,
+}
+
+/// What the balancer's admin endpoints read: the workers' counters, the published snapshot and
+/// the control thread's [`ControlState`].
+pub struct LbView {
+    /// Each worker's counters.
+    pub stats: Vec<Arc<WorkerStats>>,
+    /// The snapshots the workers follow.
+    pub snapshots: Arc<Published<Snapshot>>,
+    /// The control side's state.
+    pub control: Arc<Mutex<ControlState>>,
+}
+
+impl LbView {
+    fn control(&self) -> ControlState {
+        self.control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl View for LbView {
+    fn metrics(&self, e: &mut Exposition) {
+        let totals = Totals::sum(self.stats.iter().map(|s| &**s));
+        let workers: Vec<_> = self
+            .stats
+            .iter()
+            .enumerate()
+            .map(|(i, s)| WorkerMetrics::of(i, s))
+            .collect();
+        let c = self.control();
+        let snap = self.snapshots.load();
+        render(
+            &MetricsView {
+                totals: &totals,
+                workers: &workers,
+                snapshot: &snap,
+                config_generation: c.generation,
+                reloads: c.reloads,
+                health: &c.health,
+                maglev: &c.maglev,
+            },
+            e,
+        );
+    }
+
+    fn status(&self, s: &mut String) {
+        use std::fmt::Write;
+        let c = self.control();
+        let snap = self.snapshots.load();
+        let _ = writeln!(
+            s,
+            "config {} generation {} (reloads: {} ok, {} rejected); snapshot {}",
+            c.config_path,
+            c.generation,
+            c.reloads.ok,
+            c.reloads.failed,
+            self.snapshots.generation(),
+        );
+        for v in &snap.vips {
+            let _ = writeln!(
+                s,
+                "vip {:?}: {} backends, table {}; path MTU {}{}",
+                v.name,
+                v.members.len(),
+                v.table
+                    .as_ref()
+                    .map_or("none (no healthy backend)".to_string(), |t| format!(
+                        "{} slots, digest {:016x}",
+                        t.size(),
+                        t.digest()
+                    )),
+                v.mtu,
+                if v.quic.is_some() {
+                    "; QUIC connection-ID routing"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(b) = &c.bgp {
+            let _ = writeln!(s, "bgp: {b}");
+        }
+        for (i, w) in self.stats.iter().enumerate() {
+            let ((c4, c6), (s4, s6)) = w.occupancy();
+            let _ = writeln!(
+                s,
+                "worker {i}: connections {c4} of {s4} slots (IPv4), {c6} of {s6} (IPv6); syn guard {}; snapshot {}",
+                crate::stage::GuardMode::from_gauge(w.guard_mode()).name(),
+                w.generation()
+            );
+        }
+        for h in &c.health {
+            let mac = c
+                .neighbors
+                .get(&h.address)
+                .map_or("unresolved".to_string(), |m| m.to_string());
+            let draining = snap
+                .backends
+                .iter()
+                .flatten()
+                .any(|b| b.address == h.address && b.draining);
+            let _ = writeln!(
+                s,
+                "backend {h}; mac {mac}{}",
+                if draining { "; draining" } else { "" }
+            );
+        }
+    }
+}
+
+// The tracer's records as JSON (see `crate::trace` for the fields).
+impl Record for TraceRecord {
+    fn write_json(&self, s: &mut String) {
+        let _ = write!(
+            s,
+            "\"worker\":{},\"generation\":{},\"vip\":",
+            self.worker, self.generation
+        );
+        json::push_str(s, &self.vip);
+        let (proto, src, dst) = endpoints(&self.flow);
+        let _ = write!(
+            s,
+            ",\"protocol\":\"{proto}\",\"src\":\"{src}\",\"dst\":\"{dst}\",\"conn\":"
+        );
+        json::push_str(s, self.conn);
+        s.push_str(",\"maglev_slot\":");
+        match self.maglev_slot {
+            Some(m) => {
+                let _ = write!(s, "{m}");
+            }
+            None => s.push_str("null"),
+        }
+        s.push_str(",\"backend\":");
+        match self.backend {
+            Some(b) => {
+                let _ = write!(s, "\"{b}\"");
+            }
+            None => s.push_str("null"),
+        }
+        s.push_str(",\"encap\":");
+        json::push_str(s, &self.encap);
+    }
+}
+
+/// (protocol name, source, destination) of a flow, as text.
+fn endpoints(f: &FlowKey) -> (String, std::net::SocketAddr, std::net::SocketAddr) {
+    let (p, src, dst) = match f {
+        FlowKey::V4(k) => (
+            k.protocol,
+            (std::net::IpAddr::V4(k.src), k.src_port),
+            (std::net::IpAddr::V4(k.dst), k.dst_port),
+        ),
+        FlowKey::V6(k) => (
+            k.protocol,
+            (std::net::IpAddr::V6(k.src), k.src_port),
+            (std::net::IpAddr::V6(k.dst), k.dst_port),
+        ),
+    };
+    (crate::metrics::proto_text(p), src.into(), dst.into())
 }
 
 #[cfg(test)]

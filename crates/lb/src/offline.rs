@@ -5,8 +5,8 @@
 
 use crate::config::{LbConfig, SeedOrigin, VipMatch};
 use crate::snapshot::{Builder, Published, Snapshot};
+use crate::stage::LbStage;
 use crate::stats::{Outcome, Totals, WorkerStats};
-use crate::worker::LbWorker;
 use anyhow::{bail, Context, Result};
 use fp_engine::dispatch::{self, Steering};
 use fp_engine::driver::{Clock, Options};
@@ -92,7 +92,7 @@ pub fn run_ports(
 ) -> Result<Offline> {
     let mut stages = Vec::with_capacity(workers);
     for i in 0..workers.max(1) {
-        let mut w = LbWorker::new(i, snaps.clone(), TABLE_SEED ^ i as u64)
+        let mut w = LbStage::new(i, snaps.clone(), TABLE_SEED ^ i as u64)
             .with_context(|| format!("worker {i}"))?;
         w.set_output(1);
         stages.push(w);

@@ -364,7 +364,8 @@ impl Snapshot {
 }
 
 /// Turns configurations and health into snapshots, keeping backend ids stable. Control side only.
-/// (`Clone`: a reload builds a trial snapshot on a copy first, so a rejected config changes nothing.)
+/// A reload checks a new configuration with [`Builder::check`] (nothing is built or changed) and
+/// builds its snapshot once, when it commits.
 #[derive(Clone, Debug, Default)]
 pub struct Builder {
     ids: HashMap<IpAddr, u32>,
@@ -373,6 +374,8 @@ pub struct Builder {
     local_mac: Option<MacAddr>,
     interface_mtu: Option<u16>,
     generation: u64,
+    /// Snapshots built by this builder and its copies.
+    builds: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Why a snapshot could not be built.
@@ -439,8 +442,39 @@ impl Builder {
         *self.ids.entry(addr).or_insert(next)
     }
 
+    /// Whether [`Builder::build`] would accept `config`, without building anything: the backend
+    /// ids it would assign fit `balancer.max_backends`. (Maglev accepts the backend set of every
+    /// configuration that passed validation: weights, names and the table size are checked there.)
+    pub fn check(&self, config: &LbConfig) -> Result<(), BuildError> {
+        let max = config.balancer.max_backends;
+        let mut next = self.ids.len();
+        let mut new = std::collections::HashSet::new();
+        for spec in config.vips.iter().flat_map(|v| &v.backends) {
+            let id = match self.ids.get(&spec.address) {
+                Some(&id) => id as usize,
+                None if new.insert(spec.address) => {
+                    next += 1;
+                    next - 1
+                }
+                None => continue,
+            };
+            if id >= max {
+                return Err(BuildError::TooManyBackends { id: id as u32, max });
+            }
+        }
+        Ok(())
+    }
+
+    /// Snapshots built so far by this builder and its copies (each builds every VIP's Maglev
+    /// table: the cost a reload pays).
+    pub fn builds(&self) -> u64 {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Build the snapshot for `config` and the current health.
     pub fn build(&mut self, config: Arc<LbConfig>) -> Result<Snapshot, BuildError> {
+        self.builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let b = &config.balancer;
         let maglev =
             fp_maglev::Config::new(b.maglev_size as u64, b.seed).expect("validated maglev_size");

@@ -126,7 +126,7 @@ pub struct WorkerStats {
     /// Gauges: non-first fragments held, and the generation of the snapshot in use.
     held: Counter,
     generation: Counter,
-    /// Gauge: the SYN-flood guard's mode (`worker::GuardMode`).
+    /// Gauge: the SYN-flood guard's mode (`stage::GuardMode`).
     guard_mode: Counter,
 }
 
@@ -220,7 +220,7 @@ impl WorkerStats {
         self.guard_mode.set(mode);
     }
 
-    /// The SYN-flood guard's mode, as last recorded (`worker::GuardMode::from_gauge`).
+    /// The SYN-flood guard's mode, as last recorded (`stage::GuardMode::from_gauge`).
     pub fn guard_mode(&self) -> u64 {
         self.guard_mode.get()
     }

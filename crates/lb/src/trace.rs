@@ -1,11 +1,12 @@
-//! The balancer's packet tracer (Maglev §4.4): a worker that meets a probe (a TCP/UDP payload
-//! starting with `FLOWPLANE-TRACE1`, see [`fp_control::trace`]) forwards it as usual and records
-//! its path — worker, VIP, connection-table outcome, Maglev slot, backend, encapsulation,
-//! configuration generation — in the shared [`TraceLog`], rate-limited per worker.
+//! The balancer's packet tracer, worker side (Maglev §4.4): a worker that meets a probe (a TCP/UDP
+//! payload starting with `FLOWPLANE-TRACE1`, see [`fp_pipeline::trace`]) forwards it as usual and
+//! records its path — worker, VIP, connection-table outcome, Maglev slot, backend, encapsulation,
+//! configuration generation — into its tracer queue, rate-limited on its own clock. The control
+//! side collects the records (`fp_control::trace::TraceLog`) and serves them at `GET /trace`.
 //!
 //! The worker calls [`Tracer::wants`] for every packet it matched to a VIP while a tracer is
-//! installed: a few header reads and two 8-byte compares for an ordinary packet, no allocation,
-//! no clock, no lock.
+//! installed: a length test, the parser and two 8-byte compares for an ordinary long packet, no
+//! allocation, no clock, no lock.
 //!
 //! A record as served by `GET /trace` (one JSON object per line):
 //! `{"seq":1,"unix_ms":…,"node":"lb1","probe_id":42,"worker":0,"generation":3,"vip":"web",
@@ -13,94 +14,33 @@
 //! "maglev_slot":1234,"backend":"10.0.1.2","encap":"gre"}` (`maglev_slot` and `backend` are
 //! `null` when there was no selection / no backend).
 
-use crate::worker::{TraceRecord, Tracer};
-use fp_control::json;
-use fp_control::trace::{probe_id, Limiter, Record, TracerConfig};
-pub use fp_control::trace::{TraceCounts, TraceEntry, TraceLog};
+use crate::stage::{TraceRecord, Tracer};
+use fp_pipeline::trace::{probe_id, ProbeSender};
 use fp_wire::FlowKey;
-use std::fmt::Write;
-use std::sync::Arc;
 
-impl Record for TraceRecord {
-    fn write_json(&self, s: &mut String) {
-        let _ = write!(
-            s,
-            "\"worker\":{},\"generation\":{},\"vip\":",
-            self.worker, self.generation
-        );
-        json::push_str(s, &self.vip);
-        let (proto, src, dst) = endpoints(&self.flow);
-        let _ = write!(
-            s,
-            ",\"protocol\":\"{proto}\",\"src\":\"{src}\",\"dst\":\"{dst}\",\"conn\":"
-        );
-        json::push_str(s, self.conn);
-        s.push_str(",\"maglev_slot\":");
-        match self.maglev_slot {
-            Some(m) => {
-                let _ = write!(s, "{m}");
-            }
-            None => s.push_str("null"),
-        }
-        s.push_str(",\"backend\":");
-        match self.backend {
-            Some(b) => {
-                let _ = write!(s, "\"{b}\"");
-            }
-            None => s.push_str("null"),
-        }
-        s.push_str(",\"encap\":");
-        json::push_str(s, &self.encap);
-    }
-}
-
-/// (protocol name, source, destination) of a flow, as text.
-fn endpoints(f: &FlowKey) -> (String, std::net::SocketAddr, std::net::SocketAddr) {
-    let (p, src, dst) = match f {
-        FlowKey::V4(k) => (
-            k.protocol,
-            (std::net::IpAddr::V4(k.src), k.src_port),
-            (std::net::IpAddr::V4(k.dst), k.dst_port),
-        ),
-        FlowKey::V6(k) => (
-            k.protocol,
-            (std::net::IpAddr::V6(k.src), k.src_port),
-            (std::net::IpAddr::V6(k.dst), k.dst_port),
-        ),
-    };
-    (crate::metrics::proto_text(p), src.into(), dst.into())
-}
-
-/// A worker's tracer: recognises probes, rate-limits them, records into the shared [`TraceLog`].
+/// A worker's tracer: recognises probes, rate-limits them, queues their records.
 ///
 /// `wants` returning `true` is followed by `record` for the same packet (the worker's contract);
-/// the probe id found by `wants` is kept in between.
+/// the probe id and the time found by `wants` are kept in between.
 pub struct PacketTracer {
-    log: Arc<TraceLog<TraceRecord>>,
-    limiter: Limiter,
-    pending: Option<u64>,
+    probes: ProbeSender<TraceRecord>,
+    pending: Option<(u64, u64)>,
 }
 
 impl PacketTracer {
-    /// A tracer recording into `log`, rate-limited by `cfg`.
-    pub fn new(log: &Arc<TraceLog<TraceRecord>>, cfg: TracerConfig) -> PacketTracer {
+    /// A tracer queueing into `probes` (a worker's end of the tracer queue).
+    pub fn new(probes: ProbeSender<TraceRecord>) -> PacketTracer {
         PacketTracer {
-            log: log.clone(),
-            limiter: log.limiter(cfg),
+            probes,
             pending: None,
         }
     }
 
-    /// The log this tracer records into.
-    pub fn log(&self) -> &Arc<TraceLog<TraceRecord>> {
-        &self.log
-    }
-
     #[cold]
     #[inline(never)]
-    fn probe(&mut self, id: u64) -> bool {
-        if self.limiter.take() {
-            self.pending = Some(id);
+    fn probe(&mut self, id: u64, now_ns: u64) -> bool {
+        if self.probes.admit(now_ns) {
+            self.pending = Some((id, now_ns));
             true
         } else {
             false
@@ -110,7 +50,7 @@ impl PacketTracer {
 
 impl Tracer for PacketTracer {
     #[inline]
-    fn wants(&mut self, frame: &[u8], flow: &FlowKey) -> bool {
+    fn wants(&mut self, frame: &[u8], flow: &FlowKey, now_ns: u64) -> bool {
         let proto = match flow {
             FlowKey::V4(k) => k.protocol,
             FlowKey::V6(k) => k.protocol,
@@ -121,13 +61,13 @@ impl Tracer for PacketTracer {
         let Some(id) = probe_id(frame) else {
             return false;
         };
-        self.probe(id)
+        self.probe(id, now_ns)
     }
 
     fn record(&mut self, r: TraceRecord) {
         // `wants` said yes just before; a record without one (another caller) still goes in.
-        let id = self.pending.take().unwrap_or(0);
-        self.log.push(id, r);
+        let (id, now_ns) = self.pending.take().unwrap_or((0, 0));
+        self.probes.send(id, now_ns, r);
     }
 }
 

@@ -3,8 +3,8 @@
 
 use fp_lb::config::LbConfig;
 use fp_lb::snapshot::{Builder, Published, Snapshot};
-use fp_lb::stats::{Outcome, Totals};
 use fp_lb::stage::LbStage;
+use fp_lb::stats::{Outcome, Totals};
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Packet, Pool};
 use fp_wire::PacketSummary;
@@ -202,8 +202,16 @@ fn an_idle_worker_takes_a_new_snapshot_on_its_clock() {
     // No packet: the driver's clock calls `maintain`, which follows the new snapshot.
     let mut out = Outputs::new(1);
     Stage::maintain(&mut h.worker, 5_000_000, &mut out, &mut h.pool);
-    assert_eq!(h.worker.generation(), g1, "the idle worker kept the old tables");
-    assert_eq!(h.worker.stats().generation(), g1, "and reported the old generation");
+    assert_eq!(
+        h.worker.generation(),
+        g1,
+        "the idle worker kept the old tables"
+    );
+    assert_eq!(
+        h.worker.stats().generation(),
+        g1,
+        "and reported the old generation"
+    );
 }
 
 #[test]

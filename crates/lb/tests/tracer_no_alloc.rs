@@ -1,10 +1,10 @@
 //! `PacketTracer::wants` runs for every packet matched to a VIP while a tracer is installed: it must
 //! not allocate for ordinary packets. A counting global allocator (this test binary only) checks it.
 
-use fp_control::trace::{probe_payload, TracerConfig};
-use fp_lb::trace::{PacketTracer, TraceLog};
-use fp_lb::worker::Tracer;
+use fp_lb::stage::Tracer;
+use fp_lb::trace::PacketTracer;
 use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::trace::{probe_payload, probe_queue, TracerConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +54,8 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn wants_does_not_allocate_for_ordinary_packets() {
-    let log = TraceLog::with_sink(16, "t".into(), None);
-    let mut tracer = PacketTracer::new(&log, TracerConfig::default());
+    let (probes, queue) = probe_queue(16, TracerConfig::default());
+    let mut tracer = PacketTracer::new(probes);
     let e4 = Endpoints::new("198.51.100.7", 40000, "203.0.113.10", 80);
     let e6 = Endpoints::new("2001:db8::7", 40000, "2001:db8::10", 53);
     let frames = [
@@ -72,7 +72,7 @@ fn wants_does_not_allocate_for_ordinary_packets() {
     let mut wanted = 0;
     for _ in 0..10_000 {
         for (f, k) in frames.iter().zip(&keys) {
-            wanted += tracer.wants(f, k) as u32;
+            wanted += tracer.wants(f, k, 0) as u32;
         }
     }
     COUNTING.with(|c| c.set(false));
@@ -84,20 +84,22 @@ fn wants_does_not_allocate_for_ordinary_packets() {
     let n = probe.len();
     probe[n - 24..].copy_from_slice(&probe_payload(1));
     COUNTING.with(|c| c.set(true));
-    assert!(tracer.wants(&probe, &keys[0]));
-    log.push(
-        1,
-        fp_lb::worker::TraceRecord {
-            worker: 0,
-            generation: 1,
-            flow: keys[0],
-            vip: "v".into(),
-            conn: "miss",
-            maglev_slot: None,
-            backend: None,
-            encap: "gre".into(),
-        },
-    );
+    assert!(tracer.wants(&probe, &keys[0], 0));
+    tracer.record(fp_lb::stage::TraceRecord {
+        worker: 0,
+        generation: 1,
+        flow: keys[0],
+        vip: "v".into(),
+        conn: "miss",
+        maglev_slot: None,
+        backend: None,
+        encap: "gre".into(),
+    });
     COUNTING.with(|c| c.set(false));
     assert!(ALLOCS.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        queue.try_recv().map(|p| p.id),
+        Some(1),
+        "the record was queued"
+    );
 }

@@ -65,8 +65,6 @@ mod balance;
 mod block;
 mod build;
 mod geometry;
-#[cfg(feature = "sux-peer")]
-pub mod peer;
 mod search;
 mod sync;
 mod table;

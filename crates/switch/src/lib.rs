@@ -2,25 +2,31 @@
 //! 2013, §3: "a software-based Ethernet switch designed around a memory-efficient,
 //! high-performance, and highly-concurrent hash table").
 //!
-//! * [`worker`]: one [`worker::SwitchWorker`] per core reads its queue of every port and looks
-//!   up the destination (and, learning, source) MACs of a whole burst at once in the shared
-//!   cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3), then hands each frame to its
-//!   output port's burst; unknown unicast, broadcast and multicast are flooded, never back out of
-//!   the ingress port.
-//! * [`fib`]: the FIB's single writer (§3.2: one writer, lock-free readers with version
-//!   counters): it applies the workers' learn events, keeps static entries, ages learned ones; and
-//!   the FIB file formats for preloading the paper's very large tables.
-//! * [`app`]: `flowplane switch --ports IF1,IF2,...` — the worker as a stage of the engine's driver
-//!   on live ports, the writer on the control thread, metrics, the packet tracer and status over
-//!   HTTP.
+//! The crate has the rooms every application crate has (docs/architecture.md):
+//!
+//! * [`stage`]: the data path. One [`stage::SwitchWorker`] per core reads its queue of every port
+//!   and looks up the destination (and, learning, source) MACs of a whole burst at once in the
+//!   shared cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3), then hands each frame
+//!   to its output port's burst; unknown unicast, broadcast and multicast are flooded, never back
+//!   out of the ingress port. [`stage::SwitchStage`] adds per-port flood counters and the tracer.
+//!   No clock, no lock, no system call.
+//! * [`controller`]: the FIB's single writer (§3.2: one writer, lock-free readers with version
+//!   counters), free of I/O: it applies the workers' learn events, keeps static entries, ages
+//!   learned ones.
+//! * [`config`]: the checked settings, statics and the FIB file formats for preloading the
+//!   paper's very large tables.
+//! * [`cli`]: `flowplane switch --ports IF1,IF2,...`.
+//! * [`service`]: the wiring on the service runner (`fp-service`): ports, stages, the writer's
+//!   tick.
+//! * [`metrics`]: what the admin server reads: metric families, status lines, trace records.
 //!
 //! # Example
 //!
 //! ```
 //! use fp_cuckoo::{CompactMap, Config};
 //! use fp_pipeline::packet::{burst, Pool};
-//! use fp_switch::fib::{learn_queue, SwitchControl};
-//! use fp_switch::worker::SwitchWorker;
+//! use fp_switch::controller::{learn_queue, SwitchControl};
+//! use fp_switch::stage::SwitchWorker;
 //! use fp_wire::ethernet::MacAddr;
 //!
 //! let (writer, reader) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
@@ -47,6 +53,9 @@
 //! ```
 #![deny(unsafe_code)]
 
-pub mod app;
-pub mod fib;
-pub mod worker;
+pub mod cli;
+pub mod config;
+pub mod controller;
+pub mod metrics;
+pub mod service;
+pub mod stage;

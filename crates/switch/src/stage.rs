@@ -488,7 +488,10 @@ impl Tracer {
     fn found_probe(&mut self, id: u64, d: &[u8]) {
         if self.n < MAX_PROBES {
             let mac = |r: std::ops::Range<usize>| {
-                MacAddr(d[r].try_into().expect("a probe frame has an Ethernet header"))
+                MacAddr(
+                    d[r].try_into()
+                        .expect("a probe frame has an Ethernet header"),
+                )
             };
             let dst = mac(0..6);
             let fib = if dst.is_multicast() {

@@ -10,9 +10,11 @@ impl AdminHandler for TestHandler {
     fn metrics(&self) -> String {
         "# HELP x_total test\n# TYPE x_total counter\nx_total 1\n".into()
     }
-    fn reload(&self) -> Result<u64, String> {
+    fn reload(&self) -> Result<u64, ReloadError> {
         if self.fail_reload.load(Ordering::Relaxed) {
-            Err("vip[0].pools[0]: no pool named \"nope\"".into())
+            Err(ReloadError::Rejected(
+                "vip[0].pools[0]: no pool named \"nope\"".into(),
+            ))
         } else {
             Ok(self.generation.fetch_add(1, Ordering::Relaxed) + 1)
         }

@@ -810,7 +810,7 @@ pub fn mac_text(b: &[u8]) -> String {
 
 /// A UDP frame whose payload is a tracer probe (`fp_control::trace`).
 pub fn probe_frame(dst: [u8; 6], src: [u8; 6], id: u64) -> Vec<u8> {
-    let payload = fp_control::trace::probe_payload(id);
+    let payload = fp_pipeline::trace::probe_payload(id);
     let mut f = Vec::new();
     f.extend_from_slice(&dst);
     f.extend_from_slice(&src);

@@ -1,11 +1,12 @@
 use super::*;
 use crate::config::LbConfig;
 use crate::snapshot::{Builder, Published};
+use crate::stage::LbStage;
 use crate::stats::Outcome;
-use crate::worker::LbWorker;
-use fp_control::trace::{probe_payload, TraceCounts, TracerConfig};
+use fp_control::trace::{TraceCounts, TraceLog};
 use fp_pipeline::craft::{self, Endpoints};
 use fp_pipeline::packet::{burst, Pool};
+use fp_pipeline::trace::{probe_payload, probe_queue, TracerConfig};
 use fp_wire::FlowKey;
 use std::sync::{Arc, Mutex};
 
@@ -21,11 +22,18 @@ fn quiet_log(capacity: usize) -> Arc<TraceLog<TraceRecord>> {
     TraceLog::with_sink(capacity, "lb-test".into(), None)
 }
 
+/// A tracer whose queue `log` collects.
+fn tracer(log: &TraceLog<TraceRecord>, cfg: TracerConfig) -> PacketTracer {
+    let (tx, rx) = probe_queue(64, cfg);
+    log.attach(rx);
+    PacketTracer::new(tx)
+}
+
 #[test]
 fn rate_limit_and_ring_bound() {
     let log = quiet_log(4);
     // Burst of 3, refill so slow it cannot matter within the test.
-    let mut t = PacketTracer::new(
+    let mut t = tracer(
         &log,
         TracerConfig {
             rate_per_sec: 1e-6,
@@ -38,19 +46,20 @@ fn rate_limit_and_ring_bound() {
     let mut traced = 0;
     for id in 0..10u64 {
         let f = craft::udp_with(&v4(), &probe_payload(id));
-        if t.wants(&f, &key) {
+        if t.wants(&f, &key, id * 1000) {
             traced += 1;
             t.record(record(&key));
         }
         // Ordinary packets never, whatever the bucket holds.
-        assert!(!t.wants(&craft::udp(&v4(), 64), &key));
+        assert!(!t.wants(&craft::udp(&v4(), 64), &key, id * 1000));
     }
     assert_eq!(traced, 3);
     assert_eq!(
         log.counts(),
         TraceCounts {
             recorded: 3,
-            suppressed: 7
+            suppressed: 7,
+            dropped: 0
         }
     );
     let ids: Vec<u64> = log.entries().iter().map(|e| e.probe_id).collect();
@@ -164,10 +173,10 @@ fn traces_through_the_pipeline() {
     let snaps = Arc::new(Published::new(Arc::new(
         builder.build(Arc::new(cfg)).unwrap(),
     )));
-    let mut worker = LbWorker::new(3, snaps.clone(), 0x5eed).unwrap();
+    let mut worker = LbStage::new(3, snaps.clone(), 0x5eed).unwrap();
     let stats = worker.stats().clone();
     let log = quiet_log(64);
-    worker.set_tracer(Box::new(PacketTracer::new(&log, TracerConfig::default())));
+    worker.set_tracer(Box::new(tracer(&log, TracerConfig::default())));
     let mut pool = Pool::new(64);
     let (mut rx, mut tx) = (burst(), burst());
     let mut send = |frames: &[Vec<u8>], now_ns: u64| {

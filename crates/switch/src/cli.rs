@@ -1,0 +1,61 @@
+//! `flowplane switch`: the switch's command-line options and its entry point.
+
+use crate::config::SwitchConfig;
+use anyhow::Result;
+use fp_service::LiveArgs;
+use std::path::PathBuf;
+
+/// `flowplane switch --ports IF1,IF2,...`.
+#[derive(clap::Args, Debug)]
+pub struct SwitchArgs {
+    /// The switch ports: interfaces, comma-separated; port index = position (0, 1, ...).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        value_name = "IF1,IF2,..."
+    )]
+    pub ports: Vec<String>,
+    /// Learned entries not refreshed for this long are removed (seconds; fractions allowed).
+    #[arg(long, default_value_t = 300.0)]
+    pub aging_secs: f64,
+    /// A static entry, MAC=PORT (PORT: index or interface name); learning never changes it and it
+    /// never ages. Repeatable.
+    #[arg(long = "static", value_name = "MAC=PORT")]
+    pub statics: Vec<String>,
+    /// Preload the FIB: text (`aa:bb:cc:dd:ee:ff PORT` per line) or, for names ending in `.bin`,
+    /// little-endian u64 records `mac << 16 | port`.
+    #[arg(long, value_name = "FILE")]
+    pub fib: Option<PathBuf>,
+    /// FIB capacity in entries (grown to fit a preload).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub fib_capacity: usize,
+    /// Capacity of the learn-event queue from the workers to the FIB writer.
+    #[arg(long, default_value_t = 4096)]
+    pub learn_queue: usize,
+    /// Entries of each worker's flow cache in front of the FIB (BLP 2-4 with PBLRU, at most
+    /// 65536); 0: no cache (the default: see docs/flowcache.md for when it pays).
+    #[arg(long, default_value_t = 0)]
+    pub fib_cache: usize,
+    /// Do not look for tracer probes.
+    #[arg(long)]
+    pub no_trace: bool,
+    /// Driver, workers, CPUs, admin address.
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Run the switch until SIGTERM/SIGINT.
+pub fn run(a: SwitchArgs) -> Result<()> {
+    let cfg = SwitchConfig::new(
+        a.ports,
+        a.aging_secs,
+        &a.statics,
+        a.fib.as_deref(),
+        a.fib_capacity,
+        a.learn_queue,
+        a.fib_cache,
+        !a.no_trace,
+    )?;
+    crate::service::run(cfg, &a.live.options())
+}

@@ -1,0 +1,258 @@
+//! The switch as a service of the runner (`fp_service`): the FIB and its single writer built from
+//! the checked settings, one [`SwitchStage`] per worker, the writer's tick (learn events every
+//! millisecond, aging on a clock); what the admin server reads is in `metrics.rs`.
+//!
+//! Ports: every interface of `--ports`, every frame captured (promiscuous). AF_PACKET: worker w
+//! owns socket w of a `PACKET_FANOUT_HASH` group on each port; AF_XDP: the socket of queue w of
+//! each port, the XDP program steering every frame to it (the worker count is capped by the
+//! smallest queue count among the ports, since a worker must be able to transmit on every port).
+
+use crate::config::SwitchConfig;
+use crate::controller::{learn_queue, ControlStats, SwitchControl};
+use crate::metrics::SwitchView;
+use crate::stage::{Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker};
+use anyhow::{Context as _, Result};
+use fp_control::log;
+use fp_cuckoo::{CompactMap, CompactReader, Config};
+use fp_engine::driver::{Finished, Options};
+use fp_engine::live::Capture;
+use fp_pipeline::stats::Counter;
+use fp_pipeline::trace::ProbeSender;
+use fp_service::{Context, LiveOptions, Ports, Service, Setup};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Receive ring per AF_PACKET socket (workers × ports sockets): 4 MiB.
+const RING_BYTES: usize = 4 << 20;
+
+/// How often the FIB writer applies the workers' learn events.
+const LEARN_EVERY: Duration = Duration::from_millis(1);
+
+/// The FIB's table settings, with a secret seed drawn for this start: a public seed would let
+/// hosts choose MACs that pile into one bucket pair and make learning fail (hash flooding).
+fn fib_config(capacity: usize) -> Config {
+    Config::with_capacity(capacity).seed(fp_control::seed::random_seed())
+}
+
+/// What the FIB writer publishes for the admin server after each tick.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Published {
+    pub(crate) writer: ControlStats,
+    pub(crate) fib: fp_cuckoo::Stats,
+}
+
+/// What a worker shares with the metrics reader.
+pub(crate) struct WorkerCounters {
+    pub(crate) switch: Arc<SwitchStats>,
+    pub(crate) flooded: Arc<[Counter]>,
+}
+
+/// The switch on the runner.
+pub struct SwitchService {
+    cfg: SwitchConfig,
+    ctl: SwitchControl,
+    fib: CompactReader,
+    learn: SyncSender<Learn>,
+    names: Arc<Vec<String>>,
+    workers: Vec<WorkerCounters>,
+    published: Arc<Mutex<Published>>,
+    age_every: Duration,
+    last_age: Instant,
+}
+
+/// Run the switch with `cfg` on live interfaces until SIGTERM/SIGINT.
+pub fn run(cfg: SwitchConfig, live: &LiveOptions) -> Result<()> {
+    fp_service::run(live, |_events| SwitchService::new(cfg))
+}
+
+impl SwitchService {
+    /// Build the FIB (preload and statics) and its writer.
+    pub fn new(cfg: SwitchConfig) -> Result<SwitchService> {
+        let capacity = cfg.fib_capacity;
+        let (fw, fr) = CompactMap::new(&fib_config(capacity))
+            .with_context(|| format!("building a FIB of {capacity} entries"))?;
+        let (ltx, lrx) = learn_queue(cfg.learn_queue);
+        let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
+        let t = Instant::now();
+        for (i, &(m, p)) in cfg.preload.iter().enumerate() {
+            ctl.preload(m, p).map_err(|e| {
+                anyhow::anyhow!(
+                    "preloading entry {} ({m}) of {}: {e:?} (raise --fib-capacity)",
+                    i + 1,
+                    cfg.preload.len()
+                )
+            })?;
+        }
+        if !cfg.preload.is_empty() {
+            log(format_args!(
+                "preloaded {} FIB entries in {:.1} s",
+                cfg.preload.len(),
+                t.elapsed().as_secs_f64()
+            ));
+        }
+        for &(m, p) in &cfg.statics {
+            ctl.add_static(m, p)
+                .map_err(|e| anyhow::anyhow!("static entry {m}: {e:?}"))?;
+        }
+        log(format_args!("fib: {}", ctl.fib_stats()));
+        let published = Arc::new(Mutex::new(Published {
+            writer: ctl.stats(),
+            fib: ctl.fib_stats(),
+        }));
+        let age_every = (cfg.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        Ok(SwitchService {
+            names: Arc::new(cfg.ports.clone()),
+            cfg,
+            ctl,
+            fib: fr,
+            learn: ltx,
+            workers: Vec::new(),
+            published,
+            age_every,
+            last_age: Instant::now(),
+        })
+    }
+
+    fn publish(&self) {
+        let p = Published {
+            writer: self.ctl.stats(),
+            fib: self.ctl.fib_stats(),
+        };
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+}
+
+impl Service for SwitchService {
+    type Stage = SwitchStage;
+    type Probe = SwitchRecord;
+    type Event = ();
+    type View = SwitchView;
+
+    fn name(&self) -> &'static str {
+        "switch"
+    }
+
+    fn ports(&self) -> Ports {
+        Ports {
+            interfaces: self.cfg.ports.clone(),
+            capture: Capture::All,
+            ring_bytes: Some(RING_BYTES),
+        }
+    }
+
+    fn driver_options(&self, o: &mut Options) {
+        o.buffers = fp_pipeline::packet::MAX_BURST * (self.cfg.ports.len() + 4);
+    }
+
+    fn stage(
+        &mut self,
+        setup: Setup<'_>,
+        probes: ProbeSender<SwitchRecord>,
+    ) -> Result<SwitchStage> {
+        let w = setup.worker;
+        let nports = self.cfg.ports.len() as u16;
+        let mut sw = SwitchWorker::new(
+            self.fib.clone(),
+            nports,
+            self.learn.clone(),
+            self.cfg.aging_ns(),
+        );
+        if self.cfg.fib_cache > 0 {
+            sw.set_cache(self.cfg.fib_cache, self.ctl.epoch(), 0x5eed ^ w as u64)
+                .context("the FIB cache")?;
+        }
+        let tracer = self
+            .cfg
+            .trace
+            .then(|| (probes, self.fib.clone(), self.names.clone()));
+        let stage = SwitchStage::new(w, sw, tracer);
+        self.workers.push(WorkerCounters {
+            switch: stage.stats().clone(),
+            flooded: stage.flooded(),
+        });
+        Ok(stage)
+    }
+
+    fn view(&self, _: &[Arc<fp_engine::driver::WorkerCounters>]) -> Arc<SwitchView> {
+        Arc::new(SwitchView {
+            names: self.names.clone(),
+            workers: self
+                .workers
+                .iter()
+                .map(|w| WorkerCounters {
+                    switch: w.switch.clone(),
+                    flooded: w.flooded.clone(),
+                })
+                .collect(),
+            published: self.published.clone(),
+            fib: self.fib.clone(),
+            statics: self.cfg.statics.clone(),
+            preloaded: self.cfg.preload.len(),
+            fib_capacity: self.cfg.fib_capacity,
+            aging: self.cfg.aging,
+            learn_queue: self.cfg.learn_queue,
+        })
+    }
+
+    fn started(&mut self, _cx: &mut Context<'_>) -> Result<()> {
+        // The preload is in the FIB now; its list is no longer needed.
+        self.cfg.preload = Vec::new();
+        Ok(())
+    }
+
+    fn ready_status(&self) -> String {
+        format!(
+            "switching {} ports ({}), aging {:?}, {} static entries",
+            self.cfg.ports.len(),
+            self.cfg.ports.join(","),
+            self.cfg.aging,
+            self.cfg.statics.len()
+        )
+    }
+
+    fn tick_every(&self) -> Duration {
+        LEARN_EVERY
+    }
+
+    /// The FIB writer: apply learn events, age on a clock, publish for the admin server.
+    fn tick(&mut self, _cx: &mut Context<'_>) -> Result<()> {
+        let mut changed = self.ctl.drain() > 0;
+        if self.last_age.elapsed() >= self.age_every {
+            self.last_age = Instant::now();
+            let aged = self.ctl.age(fp_engine::sys::monotonic_ns());
+            if aged > 0 {
+                log(format_args!("aged out {aged} FIB entries"));
+                changed = true;
+            }
+        }
+        if changed {
+            self.publish();
+        }
+        Ok(())
+    }
+
+    fn finished(&mut self, _stages: Vec<Finished<SwitchStage>>) {
+        let st = self.ctl.stats();
+        log(format_args!(
+            "fib writer: learned {} moved {} aged {} static_kept {} fib_full {}",
+            st.learned, st.moved, st.aged, st.static_kept, st.fib_full
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fib_seed_is_fresh_per_start() {
+        let (a, b) = (fib_config(1024), fib_config(1024));
+        assert_ne!(a.seed, b.seed);
+        assert_ne!(
+            a.seed,
+            Config::with_capacity(1024).seed,
+            "not the library default"
+        );
+    }
+}
