@@ -21,9 +21,11 @@
 //! namespace with duplicate address detection off (addresses `nodad`, usable at once), IPv6
 //! forwarding on the router, MLD snooping off on the bridge (neighbour discovery never waits for
 //! an MLD report), checksum offload off on the client (both families' segments cross the
-//! balancer), and an IPv6 default route on the balancer (a route back to the clients, as a real
-//! host has) with forwarding off, so that its kernel drops the copies of IPv6 VIP packets that
-//! AF_PACKET leaves to it without answering them. The balancer's kernel sees neighbour discovery and MLD frames; the balancer counts
+//! balancer), and on the balancer a route back to the clients' network but none covering the
+//! IPv6 VIPs (no default route): over AF_PACKET its kernel would answer every client packet to
+//! them with ICMPv6 "unreachable route" (resetting the connection) if the port driver did not keep
+//! VIP frames from the host's stack — 5. checks that it sends none. The balancer's kernel sees neighbour discovery and MLD
+//! frames; the balancer counts
 //! what reaches it of them as drops, which this test does not assert on. Its configuration has
 //! `balancer.address` 10.0.2.2 and `balancer.address6` fd00:2::2 (the outer sources) and two
 //! pools of the same three hosts: `web6` by their IPv6 addresses, `web4` by their IPv4 addresses,

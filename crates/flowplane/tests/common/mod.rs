@@ -277,11 +277,12 @@ fn build_lab(spec: &LabSpec<'_>, dual: bool) -> Result<Lab> {
     lb.sysctl("net.ipv4.ip_forward", "0")?;
     if dual {
         addr6_add(&l0, &format!("{LB6}/64"))?;
-        // A route back to the clients, as a real balancer host has: the copies of IPv6 VIP
-        // packets that AF_PACKET leaves to this kernel then meet `forwarding = 0` and are dropped
-        // without ICMP, as IPv4's are with `ip_forward = 0` (ipv6.rs checks that no destination
-        // unreachable leaves this namespace).
-        route6_add(&lb, "default", ROUTER_L6)?;
+        // A route back to the clients' network and none covering the IPv6 VIPs (no default
+        // route). Over AF_PACKET this kernel would answer each client packet to a VIP with
+        // ICMPv6 "unreachable route" (which resets the client's connection) if it saw them; the
+        // port driver keeps VIP frames from the host's stack, and ipv6.rs checks that no
+        // destination unreachable leaves this namespace.
+        route6_add(&lb, "fd00:1::/64", ROUTER_L6)?;
     }
     let lb_mac = l0.mac_string()?;
 
