@@ -69,7 +69,7 @@ pub struct NodePorts {
 /// Open a node's ports in the calling thread's network namespace with port driver `driver`:
 /// `external[i]` becomes external port `i`, `interconnect` the interconnect port (last).
 pub fn open(external: &[&str], interconnect: &str, driver: &str) -> Result<NodePorts, LiveError> {
-    let d = fp_engine::live::driver(driver).map_err(LiveError::Spec)?;
+    let d = fp_engine::live::driver(driver)?;
     let mut names: Vec<&str> = external.to_vec();
     names.push(interconnect);
     let spec = LiveSpec {

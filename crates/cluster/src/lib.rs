@@ -15,15 +15,16 @@
 //!
 //! The node logic sees ports only through the engine's `Port`: [`mod@fabric`] links the nodes of an
 //! in-process [`Cluster`] with lock-free rings of frame bytes, and [`GenPort`] replays test
-//! traffic; [`live`] puts a node's external and interconnect
+//! traffic; [`harness`] puts a node's external and interconnect
 //! ports on Linux interfaces through the engine's port drivers, each node in its own network
 //! namespace or machine, the interconnect on a Linux bridge or switch ([`build_tables`] builds the
 //! tables for such nodes; `docs/cluster-live.md`). The [`Controller`] is the single writer of
 //! every table of an in-process cluster; a node that runs as its own process has its own
 //! [`Member`] (`member.rs`), the single writer of that node's FIB share and partition-table
-//! replica, fed the cluster's changes in one order. [`app`] is `flowplane cluster`: node
-//! processes whose entries and membership live in etcd (through `fp_control::etcd`), the entry
-//! commands, metrics and status (`docs/cluster.md`).
+//! replica, fed the cluster's changes in one order. `flowplane cluster` is [`cli`]: node
+//! processes ([`service`], on the service runner) whose entries and membership live in etcd
+//! ([`store`], through `fp_control::etcd`), the entry commands ([`entries`]), metrics and status
+//! ([`metrics`]); `docs/cluster.md`.
 //!
 //! Broadcast and multicast frames (ARP requests) have no owner: the ingress node floods them to its
 //! other external ports and, in one interconnect frame, to every other node, which emits them on
@@ -410,7 +411,7 @@ pub fn assemble<P: Port>(
 /// Build the tables of a cluster of `cfg.nodes` nodes holding `entries` (key, owner, port): element
 /// `i` is what node `i` reads (its FIB share and its partition-table replica), and the control
 /// plane writes them all. For nodes on other links and ports than [`build`]'s in-memory ones, e.g.
-/// [`live`]: `live::start(cfg.node_config(i), tables[i], ports)`.
+/// [`harness`]: `harness::start(cfg.node_config(i), tables[i], ports)`.
 pub fn build_tables(
     cfg: &ClusterConfig,
     entries: &[(u64, u8, u16)],

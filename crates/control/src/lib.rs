@@ -2,13 +2,14 @@
 //! metrics, the admin HTTP server, reload and shutdown signals, the BGP announcer and the packet
 //! tracer.
 //!
-//! Layer: **control** (docs/architecture.md). Nothing here runs on the per-packet path except
-//! [`trace::probe_id`], which a worker calls to recognise probes and which costs a few header
-//! reads and two 8-byte compares for an ordinary packet. Everything else runs on its own threads
-//! and talks to an application's control loop through plain values: health *events* on a
-//! channel, an [`metrics::Exposition`] to write, an [`admin::AdminHandler`] the application
-//! implements, flags set by signals. The load balancer, the switch and the cluster node all use
-//! these; none has its own copy.
+//! Layer: **control** (docs/architecture.md). Nothing here runs on the per-packet path: a
+//! worker's side of the tracer is `fp_pipeline::trace`, and this crate's [`trace::TraceLog`]
+//! collects what the workers queue. Everything runs on its own threads and talks to an
+//! application's control side through plain values: health *events* on a channel, an
+//! [`metrics::Exposition`] to write, an [`admin::AdminHandler`] (the service runner, `fp-service`,
+//! implements it for every application), flags set by signals and a pipe to sleep on. The load
+//! balancer, the switch, the Flowlet balancer and the cluster node all use these; none has its
+//! own copy.
 //!
 //! It implements the operational parts of *Maglev* (Eisenbud et al., NSDI 2016):
 //!

@@ -39,7 +39,7 @@
 //! refusing to replace anyone else's filter), removed again when the shield is dropped (with
 //! the qdisc, if the shield created it). Dropping the [`VipShield`] detaches in both cases.
 
-use crate::asm::{Asm, AsmError, Cond, Insn, Size, R0, R1, R10, R2, R3, R4, R5, R6, R7, R8, R9};
+use crate::asm::{Asm, AsmError, Cond, Insn, Size, R0, R1, R10, R2, R3, R6, R7, R8, R9};
 use crate::map::{Map, MapType};
 use crate::netlink::{Netlink, TcFilter};
 use crate::prog::{ProgType, Program, TcxLink};
@@ -84,11 +84,6 @@ pub const TC_HANDLE: u32 = 0xf11;
 /// Ethernet + two tags + IPv6: what the program pulls into the linear area when needed.
 const PULL_LEN: i32 = 14 + 8 + 40;
 
-const ETH_IPV4_LE: i32 = 0x0008;
-const ETH_IPV6_LE: i32 = 0xDD86;
-const ETH_VLAN_LE: i32 = 0x0081;
-const ETH_QINQ_LE: i32 = 0xA888;
-
 /// Assemble the program for the given map descriptors: `vips` (hash, 16-byte key) and `stats`
 /// (per-CPU array of [`counter::COUNT`] u64).
 ///
@@ -96,11 +91,7 @@ const ETH_QINQ_LE: i32 = 0xA888;
 /// r2 = cursor, r3 = data_end, r5 = ethertype.
 pub fn program(vips: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
-    let (parse, short, pull, malformed, l3, ip4, ip6, lookup, out, ret) = (
-        a.label(),
-        a.label(),
-        a.label(),
-        a.label(),
+    let (parse, short, pull, malformed, out, ret) = (
         a.label(),
         a.label(),
         a.label(),
@@ -116,55 +107,7 @@ pub fn program(vips: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmError
     a.mov64(R9, counter::NOT_IP as i32);
     a.load(Size::W, R2, R6, 76); // skb->data
     a.load(Size::W, R3, R6, 80); // skb->data_end
-    a.mov64(R4, R2);
-    a.add64(R4, 14);
-    a.jmp(Cond::Gt, R4, R3, short);
-    a.load(Size::H, R5, R2, 12);
-    a.add64(R2, 14);
-    // Up to two in-band VLAN tags (802.1ad outer, 802.1Q inner), unrolled.
-    for _ in 0..2 {
-        let tagged = a.label();
-        a.jmp(Cond::Eq, R5, ETH_VLAN_LE, tagged);
-        a.jmp(Cond::Eq, R5, ETH_QINQ_LE, tagged);
-        a.ja(l3);
-        a.bind(tagged);
-        a.mov64(R4, R2);
-        a.add64(R4, 4);
-        a.jmp(Cond::Gt, R4, R3, short);
-        a.load(Size::H, R5, R2, 2);
-        a.add64(R2, 4);
-    }
-    a.bind(l3);
-    a.jmp(Cond::Eq, R5, ETH_IPV4_LE, ip4);
-    a.jmp(Cond::Eq, R5, ETH_IPV6_LE, ip6);
-    a.ja(out);
-
-    a.bind(ip4);
-    a.mov64(R4, R2);
-    a.add64(R4, 20);
-    a.jmp(Cond::Gt, R4, R3, short);
-    a.store_imm(Size::DW, R10, -16, 0);
-    a.store_imm(Size::W, R10, -8, 0xFFFF_0000u32 as i32); // bytes 00 00 ff ff
-    a.load(Size::W, R5, R2, 16);
-    a.store(Size::W, R10, -4, R5);
-    a.ja(lookup);
-
-    a.bind(ip6);
-    a.mov64(R4, R2);
-    a.add64(R4, 40);
-    a.jmp(Cond::Gt, R4, R3, short);
-    a.load(Size::DW, R5, R2, 24);
-    a.store(Size::DW, R10, -16, R5);
-    a.load(Size::DW, R5, R2, 32);
-    a.store(Size::DW, R10, -8, R5);
-
-    a.bind(lookup);
-    a.mov64(R9, counter::NOT_VIP as i32);
-    a.ld_map_fd(R1, vips);
-    a.mov64(R2, R10);
-    a.add64(R2, -16);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp(Cond::Eq, R0, 0, out);
+    xsk::vip_lookup(&mut a, vips, short, out, counter::NOT_VIP);
     a.mov64(R9, counter::DROPPED as i32);
     a.mov64(R8, helper::tcx::DROP);
     a.ja(out);

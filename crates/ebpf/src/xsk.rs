@@ -130,23 +130,31 @@ const ETH_QINQ_LE: i32 = 0xA888;
 /// r8 = verdict, r9 = counter index.
 pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
-    let (malformed, l3, ip4, ip6, lookup, out, ret) = (
-        a.label(),
-        a.label(),
-        a.label(),
-        a.label(),
-        a.label(),
-        a.label(),
-        a.label(),
-    );
+    let (malformed, out, ret) = (a.label(), a.label(), a.label());
     a.mov64(R6, R1);
     a.mov64(R8, helper::xdp::PASS);
     a.mov64(R9, counter::NOT_IP as i32);
     a.load(Size::W, R2, R6, 0); // data
     a.load(Size::W, R3, R6, 4); // data_end
+    vip_lookup(&mut a, vips, malformed, out, counter::NOT_VIP);
+    redirect_and_count(&mut a, xsks, stats, [malformed, out, ret], -20);
+    a.finish()
+}
+
+/// Emit the destination lookup both of flowplane's VIP programs make (the XDP steering program
+/// here and the tc shield, `crate::shield`): Ethernet with up to two in-band VLAN tags (802.1ad
+/// outer, 802.1Q inner), then IPv4 or IPv6, the destination address as the 16-byte map key at
+/// r10-16 (IPv4 as `::ffff:a.b.c.d`), looked up in the map `vips`.
+///
+/// On entry r2 = the frame's first byte, r3 = its end (from the program's context), r9 = the
+/// "not IP" counter index. A header that runs past r3 jumps to `short`; a frame that is not IP,
+/// or whose destination is not in the map (r9 = `not_vip` then), jumps to `out`; a hit falls
+/// through with r0 = the map value. Clobbers r0-r5.
+pub(crate) fn vip_lookup(a: &mut Asm, vips: i32, short: Label, out: Label, not_vip: u32) {
+    let (l3, ip4, ip6, lookup) = (a.label(), a.label(), a.label(), a.label());
     a.mov64(R4, R2);
     a.add64(R4, 14);
-    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.jmp(Cond::Gt, R4, R3, short);
     a.load(Size::H, R5, R2, 12);
     a.add64(R2, 14);
     // Up to two VLAN tags (802.1ad outer, 802.1Q inner), unrolled.
@@ -158,7 +166,7 @@ pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn
         a.bind(tagged);
         a.mov64(R4, R2);
         a.add64(R4, 4);
-        a.jmp(Cond::Gt, R4, R3, malformed);
+        a.jmp(Cond::Gt, R4, R3, short);
         a.load(Size::H, R5, R2, 2);
         a.add64(R2, 4);
     }
@@ -170,7 +178,7 @@ pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn
     a.bind(ip4);
     a.mov64(R4, R2);
     a.add64(R4, 20);
-    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.jmp(Cond::Gt, R4, R3, short);
     a.store_imm(Size::DW, R10, -16, 0);
     a.store_imm(Size::W, R10, -8, 0xFFFF_0000u32 as i32); // bytes 00 00 ff ff
     a.load(Size::W, R5, R2, 16);
@@ -180,21 +188,19 @@ pub fn program(vips: i32, xsks: i32, stats: i32) -> std::result::Result<Vec<Insn
     a.bind(ip6);
     a.mov64(R4, R2);
     a.add64(R4, 40);
-    a.jmp(Cond::Gt, R4, R3, malformed);
+    a.jmp(Cond::Gt, R4, R3, short);
     a.load(Size::DW, R5, R2, 24);
     a.store(Size::DW, R10, -16, R5);
     a.load(Size::DW, R5, R2, 32);
     a.store(Size::DW, R10, -8, R5);
 
     a.bind(lookup);
-    a.mov64(R9, counter::NOT_VIP as i32);
+    a.mov64(R9, not_vip as i32);
     a.ld_map_fd(R1, vips);
     a.mov64(R2, R10);
     a.add64(R2, -16);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp(Cond::Eq, R0, 0, out);
-    redirect_and_count(&mut a, xsks, stats, [malformed, out, ret], -20);
-    a.finish()
 }
 
 /// The program [`Steering::All`] loads: every frame of at least an Ethernet header goes to the
@@ -295,14 +301,19 @@ pub enum ModeChoice {
     Generic,
 }
 
+/// A mode name that is none of `auto`, `native` (`drv`), `generic` (`skb`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: use auto, native or generic")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for ModeChoice {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<ModeChoice, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> std::result::Result<ModeChoice, UnknownMode> {
         match s {
             "auto" => Ok(ModeChoice::Auto),
             "native" | "drv" => Ok(ModeChoice::Native),
             "generic" | "skb" => Ok(ModeChoice::Generic),
-            _ => Err(format!("{s:?}: use auto, native or generic")),
+            _ => Err(UnknownMode(s.to_string())),
         }
     }
 }

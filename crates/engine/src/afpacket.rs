@@ -809,7 +809,10 @@ impl crate::live::PortDriver for AfPacketDriver {
                         setter
                             .set_vips(d)
                             .map(|_| ())
-                            .map_err(|e| format!("updating the tc shield's destination map: {e}"))
+                            .map_err(|source| LiveError::Destinations {
+                                map: "tc shield's destination map",
+                                source,
+                            })
                     }));
                 control.keep(shield);
             }

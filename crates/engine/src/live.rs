@@ -78,10 +78,44 @@ pub enum LiveError {
     /// The request itself is not possible.
     #[error("{0}")]
     Spec(String),
+    /// No port driver has this name.
+    #[error("{name:?}: use one of {known}")]
+    UnknownDriver {
+        /// The name asked for.
+        name: String,
+        /// The drivers there are, comma-separated.
+        known: String,
+    },
+    /// Reading or changing an interface's settings failed.
+    #[error("interface {interface}: {what}: {source}")]
+    Interface {
+        /// The interface.
+        interface: String,
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// An interface setting read from sysfs is not what it should be.
+    #[error("{path}: {value:?} is not an MTU")]
+    BadMtu {
+        /// The file.
+        path: String,
+        /// What it held.
+        value: String,
+    },
+    /// A driver's destination map could not be updated.
+    #[error("updating the {map}: {source}")]
+    Destinations {
+        /// Which map (the XDP program's, the tc shield's).
+        map: &'static str,
+        /// Why.
+        source: fp_ebpf::Error,
+    },
 }
 
 /// Sets an opened driver's destinations (for [`LiveControl::set_destinations`]).
-pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), String> + Send + Sync>;
+pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), LiveError> + Send + Sync>;
 
 /// Control of opened interfaces while they run; dropping it undoes what opening changed on the
 /// interfaces (promiscuous mode a driver turned on, programs it attached).
@@ -113,7 +147,7 @@ impl LiveControl {
     /// Change the destinations captured ([`Capture::Destinations`]): the AF_XDP program's VIP
     /// map, the AF_PACKET tc shield's map (new destinations are added before old ones are
     /// removed); a no-op for drivers with neither.
-    pub fn set_destinations(&self, dsts: &[IpAddr]) -> Result<(), String> {
+    pub fn set_destinations(&self, dsts: &[IpAddr]) -> Result<(), LiveError> {
         for s in &self.setters {
             s(dsts)?;
         }
@@ -185,8 +219,8 @@ impl std::fmt::Display for Driver {
 }
 
 impl std::str::FromStr for Driver {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Driver, String> {
+    type Err = LiveError;
+    fn from_str(s: &str) -> Result<Driver, LiveError> {
         driver(s).map(Driver)
     }
 }
@@ -196,49 +230,64 @@ pub static DRIVERS: &[&dyn PortDriver] =
     &[&crate::afpacket::AfPacketDriver, &crate::afxdp::AfXdpDriver];
 
 /// The driver called `name` (or one of its aliases).
-pub fn driver(name: &str) -> Result<&'static dyn PortDriver, String> {
+pub fn driver(name: &str) -> Result<&'static dyn PortDriver, LiveError> {
     DRIVERS
         .iter()
         .copied()
         .find(|d| d.name() == name || d.aliases().contains(&name))
-        .ok_or_else(|| {
-            let names: Vec<&str> = DRIVERS.iter().map(|d| d.name()).collect();
-            format!("{name:?}: use one of {}", names.join(", "))
+        .ok_or_else(|| LiveError::UnknownDriver {
+            name: name.to_string(),
+            known: DRIVERS
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
+fn interface_err(ifname: &str, what: &'static str) -> impl FnOnce(std::io::Error) -> LiveError {
+    let interface = ifname.to_string();
+    move |source| LiveError::Interface {
+        interface,
+        what,
+        source,
+    }
+}
+
 /// Whether `ifname` (of the calling thread's network namespace) is in promiscuous mode.
-pub fn is_promisc(ifname: &str) -> Result<bool, String> {
-    let flags = crate::sys::interface_flags(ifname).map_err(|e| e.to_string())?;
+pub fn is_promisc(ifname: &str) -> Result<bool, LiveError> {
+    let flags =
+        crate::sys::interface_flags(ifname).map_err(interface_err(ifname, "reading its flags"))?;
     Ok(flags & libc::IFF_PROMISC as u32 != 0)
 }
 
 /// Turn promiscuous mode on or off (as `ip link set dev IF promisc on|off`), in the calling
 /// thread's network namespace.
-pub fn set_promisc(ifname: &str, on: bool) -> Result<(), String> {
-    crate::sys::set_interface_flag(ifname, libc::IFF_PROMISC as u32, on).map_err(|e| {
-        format!(
-            "turning promiscuous mode {}: {e}",
-            if on { "on" } else { "off" }
-        )
-    })
+pub fn set_promisc(ifname: &str, on: bool) -> Result<(), LiveError> {
+    let what = if on {
+        "turning promiscuous mode on"
+    } else {
+        "turning promiscuous mode off"
+    };
+    crate::sys::set_interface_flag(ifname, libc::IFF_PROMISC as u32, on)
+        .map_err(interface_err(ifname, what))
 }
 
 /// The MAC address of interface `ifname` (of the calling thread's network namespace).
-pub fn interface_mac(ifname: &str) -> Result<fp_wire::ethernet::MacAddr, String> {
+pub fn interface_mac(ifname: &str) -> Result<fp_wire::ethernet::MacAddr, LiveError> {
     crate::sys::interface_hwaddr(ifname)
         .map(fp_wire::ethernet::MacAddr)
-        .map_err(|e| e.to_string())
+        .map_err(interface_err(ifname, "reading its MAC address"))
 }
 
 /// The interface's MTU (the largest IP packet it sends), from sysfs.
-pub fn interface_mtu(ifname: &str) -> Result<u16, String> {
+pub fn interface_mtu(ifname: &str) -> Result<u16, LiveError> {
     let path = format!("/sys/class/net/{ifname}/mtu");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    let mtu: u32 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{path}: {:?} is not an MTU", text.trim()))?;
+    let text = std::fs::read_to_string(&path).map_err(interface_err(ifname, "reading its MTU"))?;
+    let mtu: u32 = text.trim().parse().map_err(|_| LiveError::BadMtu {
+        path,
+        value: text.trim().to_string(),
+    })?;
     Ok(mtu.min(u16::MAX as u32) as u16)
 }
 
@@ -252,7 +301,7 @@ mod tests {
         assert_eq!(driver("xdp").unwrap().name(), "af_xdp");
         assert!(driver("af_xdp").unwrap().filters_destinations());
         assert!(!driver("afpacket").unwrap().filters_destinations());
-        let e = driver("dpdk").err().unwrap();
+        let e = driver("dpdk").err().unwrap().to_string();
         assert!(e.contains("af_packet, af_xdp"), "{e}");
     }
 }

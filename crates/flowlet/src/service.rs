@@ -84,7 +84,7 @@ pub fn run(o: FlowletLive, live: &LiveOptions) -> Result<()> {
     let src_macs = o
         .paths
         .iter()
-        .map(|p| fp_engine::live::interface_mac(p).map_err(|e| anyhow::anyhow!("{p}: {e}")))
+        .map(|p| Ok(fp_engine::live::interface_mac(p)?))
         .collect::<Result<_>>()?;
     fp_service::run(live, |_events| {
         Ok(FlowletService {

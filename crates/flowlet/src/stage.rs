@@ -17,7 +17,7 @@
 //!   pass; an idle input (the stage's `idle`) and the end of input (`finish`) flush too, so every
 //!   packet gets a decision and held buffers always come back.
 //! * **Time** is the packets' (the `ts_ns` a port stamps, or a capture's): the stage reads no
-//!   clock, takes no lock and makes no system call. Live, the [`Hooks`] count per path, per drop
+//!   clock, takes no lock and makes no system call. Live, the hooks (`Hooks`) count per path, per drop
 //!   reason and per flowlet event for the metrics, and the tracer's records go into the worker's
 //!   queue (`fp_pipeline::trace`).
 

@@ -52,7 +52,7 @@ pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
     if cfg.balancer.address.is_none() {
         log("warning: balancer.address is not set; IPv4 tunnels have no outer source");
     }
-    let mac = fp_engine::live::interface_mac(interface).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mac = fp_engine::live::interface_mac(interface)?;
     let mut machine = Balancer::new(cfg, Some(mac), live.driver.filters_destinations())
         .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
     // Before the workers start, so their first snapshot has the path MTU (the announcement this
