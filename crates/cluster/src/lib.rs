@@ -74,6 +74,7 @@ mod gen;
 pub mod harness;
 pub mod interconnect;
 mod member;
+mod membership;
 pub mod metrics;
 pub mod service;
 mod stage;

@@ -73,6 +73,7 @@ pub mod controller;
 pub mod frag;
 pub mod health;
 pub mod metrics;
+pub mod neighbors;
 pub mod offline;
 pub mod service;
 pub mod snapshot;

@@ -24,6 +24,7 @@
 use crate::config::LbConfig;
 use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
+use crate::neighbors;
 use crate::stage::{LbStage, TraceRecord};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::PacketTracer;
@@ -35,9 +36,7 @@ use fp_engine::driver::Finished;
 use fp_engine::live::Capture;
 use fp_pipeline::trace::ProbeSender;
 use fp_service::{Context, Events, LiveOptions, Ports, Service, Setup};
-use fp_wire::ethernet::MacAddr;
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -160,7 +159,7 @@ impl LbService {
                         log(format_args!("could not steer the new VIPs: {e}"));
                     }
                 }
-                Action::Resolve(addrs) => resolve(&addrs),
+                Action::Resolve(addrs) => neighbors::resolve(&addrs),
             }
         }
     }
@@ -186,11 +185,7 @@ impl LbService {
 
     /// Read the kernel's neighbour table and the interface's MTU into the machine.
     fn refresh_neighbors(&mut self, cx: &Context<'_>) {
-        let mut table = HashMap::new();
-        neighbors_v4(&self.interface, &mut table);
-        if self.machine.wants_ipv6_neighbors() {
-            neighbors_v6(&self.interface, &mut table);
-        }
+        let table = neighbors::read(&self.interface, self.machine.wants_ipv6_neighbors());
         let actions = self.machine.on_neighbors(&table);
         self.apply(actions, cx);
         // The path MTU follows the interface's (`ip link set ... mtu N` takes effect here).
@@ -387,90 +382,5 @@ impl Service for LbService {
                 drops.join(", ")
             }
         ));
-    }
-}
-
-/// Make the kernel resolve neighbours it has no entry for: an empty datagram to the discard port
-/// (a health check would do the same, but not every pool has one).
-fn resolve(addrs: &[IpAddr]) {
-    for &a in addrs {
-        let bind: SocketAddr = if a.is_ipv4() {
-            "0.0.0.0:0".parse().expect("literal")
-        } else {
-            "[::]:0".parse().expect("literal")
-        };
-        if let Ok(s) = UdpSocket::bind(bind) {
-            let _ = s.send_to(&[], SocketAddr::new(a, 9));
-        }
-    }
-}
-
-/// A neighbour's MAC; the kernel shows an incomplete entry as all zeros.
-fn neighbor_mac(s: &str) -> Option<MacAddr> {
-    s.parse().ok().filter(|m: &MacAddr| m.0 != [0; 6])
-}
-
-/// Complete IPv4 neighbour entries of `ifname` from `/proc/net/arp` (flag ATF_COM).
-fn neighbors_v4(ifname: &str, out: &mut HashMap<IpAddr, MacAddr>) {
-    let Ok(text) = std::fs::read_to_string("/proc/net/arp") else {
-        return;
-    };
-    for line in text.lines().skip(1) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 || f[5] != ifname {
-            continue;
-        }
-        let complete = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).unwrap_or(0) & 2;
-        if let (Ok(ip), Some(mac), true) =
-            (f[0].parse::<IpAddr>(), neighbor_mac(f[3]), complete != 0)
-        {
-            out.insert(ip, mac);
-        }
-    }
-}
-
-/// IPv6 neighbour entries with a link-layer address (`ip -6 neigh show dev IF`); there is no
-/// procfs file for them.
-fn neighbors_v6(ifname: &str, out: &mut HashMap<IpAddr, MacAddr>) {
-    let Ok(o) = std::process::Command::new("ip")
-        .args(["-6", "neigh", "show", "dev", ifname])
-        .output()
-    else {
-        return;
-    };
-    for line in String::from_utf8_lossy(&o.stdout).lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let Some(i) = f.iter().position(|w| *w == "lladdr") else {
-            continue;
-        };
-        if f.last() == Some(&"FAILED") || f.last() == Some(&"INCOMPLETE") {
-            continue;
-        }
-        if let (Ok(ip), Some(mac)) = (
-            f[0].parse::<IpAddr>(),
-            f.get(i + 1).and_then(|m| neighbor_mac(m)),
-        ) {
-            out.insert(ip, mac);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn neighbor_macs() {
-        assert_eq!(
-            neighbor_mac("02:66:70:00:00:01"),
-            Some(MacAddr([2, 0x66, 0x70, 0, 0, 1]))
-        );
-        assert_eq!(
-            neighbor_mac("00:00:00:00:00:00"),
-            None,
-            "incomplete ARP entries"
-        );
-        assert_eq!(neighbor_mac("02:66:70:00:00"), None);
-        assert_eq!(neighbor_mac("02:66:70:00:00:01:02"), None);
     }
 }
