@@ -4,7 +4,7 @@
 //! * **Start.** The settings every node must share (mode, node count, capacity, hash seed) are
 //!   written to `<prefix>config` by the first node; a node whose file disagrees refuses to start.
 //!   A node restarted with the same id waits for its previous lease to expire. It reads every
-//!   entry at one revision and builds its [`Member`] (its FIB share and its partition-table
+//!   entry at one revision and builds its [`Member`](crate::Member) (its FIB share and its partition-table
 //!   replica).
 //! * **Data path.** The runner opens the node's external interfaces and its interconnect (one
 //!   worker, every frame captured) and runs the node's stage (`crate::stage::NodeStage`).

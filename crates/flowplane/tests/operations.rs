@@ -75,7 +75,7 @@ fn check_prints_the_plan_and_names_the_bad_field() -> Result<()> {
         "vip \"web\": 203.0.113.10 port 80/tcp, encap gre",
         "Maglev table digest ",
         "backend 10.0.1.4 name \"10.0.1.4\" weight 2",
-        "seed: not set: a secret random seed per start",
+        "seed: not in the file: kept in the state file ",
         "bgp: none",
     ] {
         ensure!(

@@ -45,12 +45,28 @@ pub fn run(a: CheckArgs) -> Result<()> {
 /// driver's steering, every VIP's Maglev table) and describe it. `filters_destinations`: whether
 /// the port driver steers by destination address.
 pub fn check(text: &str, filters_destinations: bool) -> Result<String, ControlError> {
-    let cfg = LbConfig::from_toml(text)?;
+    let mut cfg = LbConfig::from_toml(text)?;
+    // A seed kept in its state file: read it if it exists (never create it here), so the digests
+    // are the running balancer's.
+    let seed_file = match crate::seed::path_of(&cfg) {
+        Some(path) => match crate::seed::read(&path)? {
+            Some(seed) => {
+                cfg.balancer.seed = seed;
+                Some((path, true))
+            }
+            None => Some((path, false)),
+        },
+        None => None,
+    };
     let machine = Balancer::new(cfg, None, filters_destinations)?;
-    Ok(describe(&machine, &machine.health_plan()))
+    Ok(describe(&machine, &machine.health_plan(), seed_file))
 }
 
-fn describe(machine: &Balancer, plan: &Plan) -> String {
+fn describe(
+    machine: &Balancer,
+    plan: &Plan,
+    seed_file: Option<(std::path::PathBuf, bool)>,
+) -> String {
     let cfg = machine.config();
     let snap = machine.snapshots().load();
     let b = &cfg.balancer;
@@ -67,12 +83,20 @@ fn describe(machine: &Balancer, plan: &Plan) -> String {
     let _ = writeln!(
         s,
         "  seed: {}",
-        match b.seed_origin {
-            SeedOrigin::Configured =>
-                "from the file (digests below match every balancer with the same file)",
-            SeedOrigin::Random =>
-                "not set: a secret random seed per start (digests below are for this check \
-                 only; a restart moves connections to other backends: set one to keep them)",
+        match (b.seed_origin, &seed_file) {
+            (SeedOrigin::Configured, _) =>
+                "from the file (digests below match every balancer with the same file)".to_string(),
+            (_, Some((path, true))) => format!(
+                "not in the file: kept in the state file {} (the value is not shown; digests \
+                 below match every balancer that reads it)",
+                path.display()
+            ),
+            (_, Some((path, false))) => format!(
+                "not in the file: kept in the state file {}, which the balancer creates at its \
+                 first start and reads at every start (digests below are for this check only)",
+                path.display()
+            ),
+            (_, None) => "not set".to_string(),
         }
     );
     let _ = writeln!(

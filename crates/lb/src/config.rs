@@ -279,9 +279,15 @@ pub struct BalancerSpec {
     /// can craft flows that collide in one bucket or land on one backend (hash flooding).
     /// Must be equal on every balancer of a cluster.
     pub seed: u64,
-    /// Whether `seed` came from the file (`balancer.seed`) or was drawn at random when the file
-    /// was read. A reload of a file without a seed keeps the running seed.
+    /// Whether `seed` came from the file (`balancer.seed`), or is to come from the state file
+    /// (`balancer.seed_file`, else the service's state directory: `flowplane run` reads it, or
+    /// creates it once, before the balancer starts). A reload of a file without a seed keeps the
+    /// running seed.
     pub seed_origin: SeedOrigin,
+    /// Where the seed is kept when the file does not give one (`balancer.seed_file`); `None`: the
+    /// default, `seed` in the service's state directory (`$STATE_DIRECTORY`, else
+    /// `/var/lib/flowplane`).
+    pub seed_file: Option<std::path::PathBuf>,
     /// Maglev lookup table size (prime).
     pub maglev_size: u32,
     /// IPv4 connection-table entries per worker.
@@ -322,8 +328,12 @@ pub struct BalancerSpec {
 pub enum SeedOrigin {
     /// `balancer.seed` in the file.
     Configured,
-    /// Drawn from the operating system's random source when the file was read (a single
-    /// balancer needs nothing else; a balancer that restarts gets a new one).
+    /// Read from the seed's state file (or created there once, from the operating system's
+    /// random source): restarts and upgrades keep it (`crate::seed`).
+    StateFile,
+    /// Drawn from the operating system's random source when the file was read, for this run
+    /// only: what a configuration without a seed gets before the state file is read, and what
+    /// offline runs and `flowplane check` use.
     Random,
 }
 
@@ -403,6 +413,7 @@ struct RawBalancer {
     mac: Option<String>,
     gateway_mac: Option<String>,
     seed: Option<u64>,
+    seed_file: Option<std::path::PathBuf>,
     maglev_size: Option<u64>,
     conn_table_capacity: Option<usize>,
     conn_table_capacity_v6: Option<usize>,

@@ -50,6 +50,9 @@ pub enum ControlError {
     /// The snapshot could not be built.
     #[error(transparent)]
     Build(#[from] crate::snapshot::BuildError),
+    /// The seed's state file cannot be used.
+    #[error(transparent)]
+    Seed(#[from] crate::seed::SeedError),
     /// A setting fixed at start changed.
     #[error("{field}: cannot change by reload (it is fixed when the balancer starts); restart it")]
     RestartOnly {
@@ -58,8 +61,8 @@ pub enum ControlError {
     },
     /// A seed was given to a balancer that runs on a random one.
     #[error(
-        "balancer.seed: the balancer runs on a random seed drawn when it started; giving it one \
-         takes a restart"
+        "balancer.seed: the balancer hashes with the seed of its state file (or a random one \
+         drawn when it started); giving it one takes a restart"
     )]
     SeedNeedsRestart,
     /// A prefix/suffix VIP with a port driver that steers listed destinations only.
@@ -123,8 +126,9 @@ pub struct Balancer {
 /// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
 pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), ControlError> {
     let (a, b) = (&old.balancer, &new.balancer);
-    let fixed: [(&str, bool); 9] = [
+    let fixed: [(&str, bool); 10] = [
         ("balancer.seed", a.seed != b.seed),
+        ("balancer.seed_file", a.seed_file != b.seed_file),
         (
             "balancer.conn_table_capacity",
             a.conn_capacity != b.conn_capacity,
@@ -409,7 +413,7 @@ impl Balancer {
     /// Validate a reloaded configuration file's text without changing anything.
     pub fn prepare_reload(&self, text: &str) -> Result<Reload, ControlError> {
         let mut cfg = LbConfig::from_toml(text)?;
-        if self.config.balancer.seed_origin == SeedOrigin::Random
+        if self.config.balancer.seed_origin != SeedOrigin::Configured
             && cfg.balancer.seed_origin == SeedOrigin::Configured
         {
             return Err(ControlError::SeedNeedsRestart);

@@ -75,6 +75,7 @@ pub mod health;
 pub mod metrics;
 pub mod neighbors;
 pub mod offline;
+pub mod seed;
 pub mod service;
 pub mod snapshot;
 pub mod stage;

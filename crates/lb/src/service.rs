@@ -47,7 +47,17 @@ const TICK: Duration = Duration::from_secs(1);
 /// Run the balancer with the configuration file `config` on `interface` until SIGTERM/SIGINT.
 pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
     let text = read_config(config)?;
-    let cfg = LbConfig::from_toml(&text)?;
+    let mut cfg = LbConfig::from_toml(&text)?;
+    match crate::seed::resolve(&mut cfg)? {
+        Some((path, crate::seed::Loaded::Created)) => log(format_args!(
+            "hash seed drawn and kept in {} (restarts and upgrades read it again)",
+            path.display()
+        )),
+        Some((path, crate::seed::Loaded::Read)) => {
+            log(format_args!("hash seed read from {}", path.display()))
+        }
+        None => {}
+    }
     if cfg.balancer.address.is_none() {
         log("warning: balancer.address is not set; IPv4 tunnels have no outer source");
     }

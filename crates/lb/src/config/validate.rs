@@ -197,6 +197,7 @@ fn balancer(b: &RawBalancer) -> Result<BalancerSpec, ConfigError> {
         } else {
             SeedOrigin::Random
         },
+        seed_file: b.seed_file.clone(),
         maglev_size: maglev_cfg.size(),
         conn_capacity,
         conn_capacity_v6,
@@ -661,9 +662,27 @@ fn limits(
     Ok(())
 }
 
-/// `balancer.seed`: set in the file when other balancers share the traffic (`[bgp]`, `[cluster]`).
+/// `balancer.seed`, `balancer.seed_file`: not both; one of them set explicitly when other
+/// balancers share the traffic (`[bgp]`, `[cluster]`): they must all hash alike.
 fn shared_seed(raw: &RawConfig) -> Result<(), ConfigError> {
-    if raw.balancer.seed.is_none() && (raw.bgp.is_some() || raw.cluster.is_some()) {
+    if raw.balancer.seed.is_some() && raw.balancer.seed_file.is_some() {
+        return Err(err(
+            "balancer.seed_file",
+            "give the seed or the file that keeps it, not both",
+        ));
+    }
+    if let Some(f) = &raw.balancer.seed_file {
+        if !f.is_absolute() {
+            return Err(err(
+                "balancer.seed_file",
+                format!("{:?} is not an absolute path", f.display().to_string()),
+            ));
+        }
+    }
+    if raw.balancer.seed.is_none()
+        && raw.balancer.seed_file.is_none()
+        && (raw.bgp.is_some() || raw.cluster.is_some())
+    {
         let section = if raw.bgp.is_some() {
             "[bgp]"
         } else {
@@ -672,9 +691,10 @@ fn shared_seed(raw: &RawConfig) -> Result<(), ConfigError> {
         return Err(err(
             "balancer.seed",
             format!(
-                "must be set with {section}: every balancer behind the same router must hash \
-                 flows alike, so a connection keeps its backend whichever balancer gets it; \
-                 choose a random 64-bit value, keep it secret and give it to all of them"
+                "must be set with {section} (or balancer.seed_file, a file every balancer \
+                 reads): every balancer behind the same router must hash flows alike, so a \
+                 connection keeps its backend whichever balancer gets it; choose a random 64-bit \
+                 value, keep it secret and give it to all of them"
             ),
         ));
     }

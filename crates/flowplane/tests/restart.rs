@@ -1,0 +1,163 @@
+//! End-to-end test of restarting the live load balancer (`flowplane run --interface`, over
+//! AF_PACKET and over AF_XDP) with a configuration that gives no `balancer.seed`: the seed is
+//! kept in its state file, so a restart hashes every flow as before and established connections
+//! keep their backends.
+//!
+//! The lab is `live_lb.rs`'s (client, router, balancer, three nginx backends behind GRE; VIP
+//! 10.100.0.10:80). The configuration names `balancer.seed_file` in the lab's directory.
+//!
+//! # What is asserted (per driver)
+//!
+//! 1. At the first start the balancer draws the seed and writes the state file (mode 0600, 16
+//!    hexadecimal digits); `flowplane check` names the file and never prints the value.
+//! 2. 60 keep-alive connections are opened (one request each, the backend that answered noted).
+//! 3. SIGTERM, start again: the balancer reads the same seed (the file is unchanged, the log says
+//!    it was read) and every held connection answers its next request from the same backend.
+//! 4. The control: stop, remove the state file, start again (a new seed): at least a quarter of
+//!    the held connections are reset or answered by another backend — what every restart did
+//!    before the seed was kept.
+//!
+//! Needs root, nginx, curl and iproute2; fails saying so otherwise.
+
+mod common;
+
+use anyhow::{ensure, Context, Result};
+use common::*;
+use fp_testnet::Proc;
+use std::os::unix::fs::MetadataExt;
+use std::time::Instant;
+
+const VIP: &str = "10.100.0.10";
+const HELD: usize = 60;
+const BIN: &str = env!("CARGO_BIN_EXE_flowplane");
+
+fn config_text(seed_file: &std::path::Path) -> String {
+    let backends = (1..=3)
+        .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[balancer]\naddress = \"{LB}\"\nseed_file = {:?}\nmaglev_size = 65537\n\
+         conn_idle_timeout_ms = 120000\n\n\
+         [[vip]]\nname = \"web\"\naddress = \"{VIP}\"\nport = 80\nprotocol = \"tcp\"\n\
+         pools = [\"web\"]\nencap = \"gre\"\n\n\
+         [[pool]]\nname = \"web\"\nbackends = [{backends}]\nhealth = {{ kind = \"http\", \
+         path = \"/\", status = 200, body = \"backend\", interval_ms = 200, timeout_ms = 150, \
+         rise = 2, fall = 2 }}\n",
+        seed_file.display().to_string()
+    )
+}
+
+/// One more request on each held connection: how many were answered by their backend.
+fn still_on_their_backend(lab: &Lab, held: &mut [(std::net::TcpStream, String)]) -> Result<usize> {
+    Ok(lab.client.enter(|| {
+        held.iter_mut()
+            .filter_map(|(s, was)| match request(s, VIP, false) {
+                Ok((200, body)) if body.trim() == was => Some(()),
+                _ => None,
+            })
+            .count()
+    })?)
+}
+
+fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -> Result<()> {
+    let dir = lab
+        .config
+        .parent()
+        .context("the lab's directory")?
+        .to_path_buf();
+    let seed_file = dir.join("state/seed");
+    lab.write_config(&config_text(&seed_file))?;
+    let check = lab
+        .lb
+        .cmd([BIN, "check", "--config", &lab.config.to_string_lossy()])
+        .run()?
+        .stdout;
+    ensure!(
+        check.contains(&format!("kept in the state file {}", seed_file.display())),
+        "flowplane check does not name the state file: {check}"
+    );
+
+    // 1. First start: the seed is drawn and kept.
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    ensure!(
+        fp.log().contains("hash seed drawn and kept in"),
+        "no log line about the new seed"
+    );
+    let seed = std::fs::read_to_string(&seed_file)
+        .with_context(|| format!("reading {}", seed_file.display()))?;
+    let mode = std::fs::metadata(&seed_file)?.mode() & 0o777;
+    ensure!(
+        seed.trim().len() == 16 && u64::from_str_radix(seed.trim(), 16).is_ok(),
+        "the state file does not hold a seed"
+    );
+    ensure!(mode == 0o600, "the state file's mode is {mode:o}, not 600");
+    ensure!(
+        !check.contains(seed.trim()) && !fp.log().contains(seed.trim()),
+        "the seed's value was printed"
+    );
+    step("seed drawn and kept (mode 600, value never printed)", t0);
+
+    // 2. Connections.
+    let mut held = hold_connections(&lab.client, VIP, HELD)?;
+    step("60 keep-alive connections held", t0);
+
+    // 3. Restart: the same seed, the same backends.
+    stop_balancer(lab, &fp, t0)?;
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    ensure!(
+        fp.log().contains("hash seed read from"),
+        "the restarted balancer did not read the state file"
+    );
+    ensure!(
+        std::fs::read_to_string(&seed_file)? == seed,
+        "the restart changed the seed"
+    );
+    ask_held(&lab.client, VIP, &mut held, "after a restart")?;
+    step("restart: every held connection kept its backend", t0);
+
+    // 4. Control: a new seed moves most of them.
+    stop_balancer(lab, &fp, t0)?;
+    std::fs::remove_file(&seed_file)?;
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    ensure!(fp.log().contains("hash seed drawn and kept in"));
+    let kept = still_on_their_backend(lab, &mut held)?;
+    println!("    {driver}: with a new seed, {kept} of {HELD} held connections kept their backend");
+    ensure!(
+        kept <= HELD * 3 / 4,
+        "with a new seed {kept} of {HELD} connections kept their backend: the control shows \
+         nothing for the state file to prevent"
+    );
+    step("control: a new seed moved the connections", t0);
+    stop_balancer(lab, &fp, t0)?;
+    Ok(())
+}
+
+fn run_driver(driver: &str) {
+    run_lab(
+        driver,
+        || {
+            LabSpec {
+                tag: &lab_tag("rst", driver),
+                tools: &["nginx", "curl"],
+                vips: &[VIP],
+                decap: "gre",
+                backend_args: &|_| Vec::new(),
+                backends: 3,
+                nginx_server: "",
+            }
+            .build()
+        },
+        |lab, balancer, t0| scenario(lab, driver, balancer, t0),
+    );
+}
+
+#[test]
+fn restart_keeps_connections_af_packet() {
+    run_driver("af_packet");
+}
+
+#[test]
+fn restart_keeps_connections_af_xdp() {
+    run_driver("af_xdp");
+}
