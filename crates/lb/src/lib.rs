@@ -17,7 +17,9 @@
 //!   datagram's owner;
 //! * §2.1/§4.1.1 the controller: a sans-I/O state machine ([`controller`]) fed with health results,
 //!   reloads and neighbour changes, whose actions (announce VIPs over BGP, steer destinations,
-//!   resolve neighbours) a thin shell ([`service`], on the service runner `fp-service`) carries out;
+//!   resolve neighbours) a thin shell ([`service`], on the service runner `fp-service`) carries out
+//!   with the BGP speaker ([`speaker`]), the kernel's neighbour tables ([`neighbors`]) and the hash
+//!   seed's state file ([`seed`]);
 //! * §4.4 metrics ([`metrics`]) and the packet tracer ([`trace`]);
 //! * a configuration checked without running it ([`check`], `flowplane check`), and under systemd
 //!   the notification protocol and watchdog (spoken by the service runner);
@@ -78,6 +80,7 @@ pub mod offline;
 pub mod seed;
 pub mod service;
 pub mod snapshot;
+pub mod speaker;
 pub mod stage;
 pub mod stats;
 pub mod trace;

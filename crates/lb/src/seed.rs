@@ -74,6 +74,15 @@ pub enum Loaded {
     Created,
 }
 
+impl std::fmt::Display for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Loaded::Read => "read from",
+            Loaded::Created => "drawn and kept in",
+        })
+    }
+}
+
 /// The seed kept in `path`, if the file exists.
 pub fn read(path: &Path) -> Result<Option<u64>, SeedError> {
     match std::fs::read_to_string(path) {

@@ -25,18 +25,17 @@ use crate::config::LbConfig;
 use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
+use crate::speaker::Speaker;
 use crate::stage::{LbStage, TraceRecord};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::PacketTracer;
 use anyhow::{Context as _, Result};
-use fp_control::announce::Announcer;
 use fp_control::health::{HealthEvent, HealthMonitor, HealthOptions};
 use fp_control::log;
 use fp_engine::driver::Finished;
 use fp_engine::live::Capture;
 use fp_pipeline::trace::ProbeSender;
 use fp_service::{Context, Events, LiveOptions, Ports, Service, Setup};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,15 +47,8 @@ const TICK: Duration = Duration::from_secs(1);
 pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
     let text = read_config(config)?;
     let mut cfg = LbConfig::from_toml(&text)?;
-    match crate::seed::resolve(&mut cfg)? {
-        Some((path, crate::seed::Loaded::Created)) => log(format_args!(
-            "hash seed drawn and kept in {} (restarts and upgrades read it again)",
-            path.display()
-        )),
-        Some((path, crate::seed::Loaded::Read)) => {
-            log(format_args!("hash seed read from {}", path.display()))
-        }
-        None => {}
+    if let Some((path, how)) = crate::seed::resolve(&mut cfg)? {
+        log(format_args!("hash seed {how} {}", path.display()));
     }
     if cfg.balancer.address.is_none() {
         log("warning: balancer.address is not set; IPv4 tunnels have no outer source");
@@ -85,8 +77,8 @@ fn read_config(path: &Path) -> Result<String> {
 pub struct LbService {
     machine: Balancer,
     monitor: HealthMonitor,
-    /// The BGP announcer (`[bgp]`), started once the workers run.
-    announcer: Option<Announcer>,
+    /// The BGP speaker (`[bgp]`), started once the workers run.
+    speaker: Speaker,
     path: PathBuf,
     interface: String,
     stats: Vec<Arc<WorkerStats>>,
@@ -118,7 +110,7 @@ impl LbService {
         let s = LbService {
             machine,
             monitor,
-            announcer: None,
+            speaker: Speaker::default(),
             path,
             interface,
             stats: Vec::new(),
@@ -131,21 +123,6 @@ impl LbService {
     /// Publish what the admin server reads (after every change on the control thread).
     fn publish(&self) {
         let m = &self.machine;
-        let bgp = self.announcer.as_ref().map(|a| {
-            format!(
-                "session {}; announcing {}",
-                a.session_state().unwrap_or_else(|e| e.to_string()),
-                if a.announced().is_empty() {
-                    "nothing".to_string()
-                } else {
-                    a.announced()
-                        .iter()
-                        .map(|v| v.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            )
-        });
         let state = ControlState {
             config_path: self.path.display().to_string(),
             generation: m.generation(),
@@ -153,7 +130,7 @@ impl LbService {
             health: self.monitor.states(),
             maglev: m.maglev().clone(),
             neighbors: m.neighbors().clone(),
-            bgp,
+            bgp: self.speaker.status(),
         };
         *self.control.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
@@ -163,7 +140,7 @@ impl LbService {
         for a in actions {
             match a {
                 Action::Log(l) => log(l),
-                Action::Announce(vips) => self.announce(&vips),
+                Action::Announce(vips) => self.speaker.announce(&vips),
                 Action::SetDestinations(d) => {
                     if let Err(e) = cx.live().set_destinations(&d) {
                         log(format_args!("could not steer the new VIPs: {e}"));
@@ -171,25 +148,6 @@ impl LbService {
                 }
                 Action::Resolve(addrs) => neighbors::resolve(&addrs),
             }
-        }
-    }
-
-    /// Tell the BGP speaker what to announce, if that changed.
-    fn announce(&mut self, want: &[IpAddr]) {
-        let Some(a) = self.announcer.as_mut() else {
-            return;
-        };
-        match a.set(want) {
-            Ok(true) => log(format_args!(
-                "announcing {} VIP(s) over BGP: {}",
-                want.len(),
-                want.iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Ok(false) => {}
-            Err(e) => log(format_args!("BGP announcement update failed: {e}")),
         }
     }
 
@@ -205,35 +163,14 @@ impl LbService {
         }
     }
 
-    /// A BGP speaker that died on its own (not through us) is started again and told what to
-    /// announce: while it is down the router has withdrawn this balancer, so it receives nothing.
+    /// A BGP speaker that died on its own is started again and told what to announce.
     fn keep_speaker_alive(&mut self, cx: &Context<'_>) {
         let Some(spec) = self.machine.config().bgp.clone() else {
             return;
         };
-        if self.machine.draining() {
-            return;
-        }
-        match &self.announcer {
-            Some(a) if a.is_running() => return,
-            Some(a) => {
-                log(format_args!(
-                    "BGP speaker {} exited unexpectedly; its log:\n{}",
-                    spec.speaker,
-                    a.log_tail(20)
-                ));
-                self.announcer = None; // Dropping it removes its state files first.
-            }
-            None => {}
-        }
-        match Announcer::start(&spec) {
-            Ok(a) => {
-                log(format_args!("BGP speaker restarted (pid {})", a.pid()));
-                self.announcer = Some(a);
-                let actions = self.machine.on_speaker_started();
-                self.apply(actions, cx);
-            }
-            Err(e) => log(format_args!("BGP speaker restart failed, will retry: {e}")),
+        if !self.machine.draining() && self.speaker.revive(&spec) {
+            let actions = self.machine.on_speaker_started();
+            self.apply(actions, cx);
         }
     }
 }
@@ -280,16 +217,7 @@ impl Service for LbService {
         self.refresh_neighbors(cx);
         // Announce only once the forwarder runs (and only VIPs with a healthy backend).
         if let Some(spec) = self.machine.config().bgp.clone() {
-            let a = Announcer::start(&spec)
-                .with_context(|| format!("bgp: starting {}", spec.speaker))?;
-            log(format_args!(
-                "BGP speaker {} started (pid {}), peer {} AS {}",
-                spec.speaker,
-                a.pid(),
-                spec.peer,
-                spec.peer_as
-            ));
-            self.announcer = Some(a);
+            self.speaker.start(&spec)?;
             let actions = self.machine.on_speaker_started();
             self.apply(actions, cx);
         }
@@ -359,8 +287,8 @@ impl Service for LbService {
     /// Drain (Maglev §4.1.1 via BGP): withdraw, keep forwarding while the router moves traffic
     /// to the other balancers. Not after a forwarder failure: nothing forwards then.
     fn drain(&mut self, cx: &mut Context<'_>, clean: bool) -> Duration {
-        let drain = match (&self.machine.config().bgp, &self.announcer) {
-            (Some(spec), Some(_)) if clean => Duration::from_millis(spec.drain_ms),
+        let drain = match &self.machine.config().bgp {
+            Some(spec) if clean && self.speaker.started() => Duration::from_millis(spec.drain_ms),
             _ => Duration::ZERO,
         };
         let actions = self.machine.drain();
@@ -372,25 +300,11 @@ impl Service for LbService {
     }
 
     fn shutdown(&mut self) {
-        if let Some(a) = self.announcer.take() {
-            a.stop();
-        }
+        self.speaker.stop();
     }
 
     fn finished(&mut self, _stages: Vec<Finished<LbStage>>) {
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
-        let drops: Vec<String> = totals
-            .drops()
-            .iter()
-            .map(|(r, n)| format!("{r} {n}"))
-            .collect();
-        log(format_args!(
-            "drops: {}",
-            if drops.is_empty() {
-                "none".into()
-            } else {
-                drops.join(", ")
-            }
-        ));
+        log(format_args!("drops: {}", totals.drops_line()));
     }
 }

@@ -338,6 +338,20 @@ impl Totals {
         v.sort_by_key(|d| std::cmp::Reverse(d.1));
         v
     }
+
+    /// [`Totals::drops`] on one line: `reason count, …`, or `none`.
+    pub fn drops_line(&self) -> String {
+        let drops: Vec<String> = self
+            .drops()
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        if drops.is_empty() {
+            "none".into()
+        } else {
+            drops.join(", ")
+        }
+    }
 }
 
 #[cfg(test)]

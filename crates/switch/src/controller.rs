@@ -49,6 +49,31 @@ pub struct ControlStats {
     pub fib_full: u64,
 }
 
+/// A configured entry that did not fit in the FIB; nothing after it was loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Preload entry `index` (1-based) of `total`.
+    #[error("preloading entry {index} ({mac}) of {total}: {error} (raise --fib-capacity)")]
+    Preload {
+        /// Its place in the list, from 1.
+        index: usize,
+        /// The list's length.
+        total: usize,
+        /// Its MAC address.
+        mac: MacAddr,
+        /// Why it did not fit.
+        error: InsertError,
+    },
+    /// A static entry.
+    #[error("static entry {mac}: {error}")]
+    Static {
+        /// Its MAC address.
+        mac: MacAddr,
+        /// Why it did not fit.
+        error: InsertError,
+    },
+}
+
 /// The single writer of the switch FIB: applies learn events, keeps static entries, ages.
 pub struct SwitchControl {
     fib: CompactWriter,
@@ -106,6 +131,28 @@ impl SwitchControl {
             .is_some_and(|old| old != port)
         {
             self.epoch.bump();
+        }
+        Ok(())
+    }
+
+    /// Load the configured preload list, then the static entries.
+    pub fn load(
+        &mut self,
+        preload: &[(MacAddr, u16)],
+        statics: &[(MacAddr, u16)],
+    ) -> Result<(), LoadError> {
+        for (i, &(mac, port)) in preload.iter().enumerate() {
+            self.preload(mac, port)
+                .map_err(|error| LoadError::Preload {
+                    index: i + 1,
+                    total: preload.len(),
+                    mac,
+                    error,
+                })?;
+        }
+        for &(mac, port) in statics {
+            self.add_static(mac, port)
+                .map_err(|error| LoadError::Static { mac, error })?;
         }
         Ok(())
     }

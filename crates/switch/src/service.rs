@@ -43,6 +43,7 @@ pub(crate) struct Published {
 }
 
 /// What a worker shares with the metrics reader.
+#[derive(Clone)]
 pub(crate) struct WorkerCounters {
     pub(crate) switch: Arc<SwitchStats>,
     pub(crate) flooded: Arc<[Counter]>,
@@ -75,25 +76,13 @@ impl SwitchService {
         let (ltx, lrx) = learn_queue(cfg.learn_queue);
         let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
         let t = Instant::now();
-        for (i, &(m, p)) in cfg.preload.iter().enumerate() {
-            ctl.preload(m, p).map_err(|e| {
-                anyhow::anyhow!(
-                    "preloading entry {} ({m}) of {}: {e:?} (raise --fib-capacity)",
-                    i + 1,
-                    cfg.preload.len()
-                )
-            })?;
-        }
+        ctl.load(&cfg.preload, &cfg.statics)?;
         if !cfg.preload.is_empty() {
             log(format_args!(
                 "preloaded {} FIB entries in {:.1} s",
                 cfg.preload.len(),
                 t.elapsed().as_secs_f64()
             ));
-        }
-        for &(m, p) in &cfg.statics {
-            ctl.add_static(m, p)
-                .map_err(|e| anyhow::anyhow!("static entry {m}: {e:?}"))?;
         }
         log(format_args!("fib: {}", ctl.fib_stats()));
         let published = Arc::new(Mutex::new(Published {
@@ -177,14 +166,7 @@ impl Service for SwitchService {
     fn view(&self, _: &[Arc<fp_engine::driver::WorkerCounters>]) -> Arc<SwitchView> {
         Arc::new(SwitchView {
             names: self.names.clone(),
-            workers: self
-                .workers
-                .iter()
-                .map(|w| WorkerCounters {
-                    switch: w.switch.clone(),
-                    flooded: w.flooded.clone(),
-                })
-                .collect(),
+            workers: self.workers.clone(),
             published: self.published.clone(),
             fib: self.fib.clone(),
             statics: self.cfg.statics.clone(),
