@@ -940,8 +940,8 @@ fn shield_filter_fallback_attaches_replaces_and_removes() {
         }))
     };
 
-    // A stale shield: attached as a filter by a "process" that never cleaned up.
-    let stale =
+    // A shield on the VIP, attached as a clsact filter inside the namespace.
+    let filter_shield = || {
         n.b.enter(move || {
             let mut s = VipShield::load(8).unwrap();
             s.set_vips(&[vip4]).unwrap();
@@ -952,24 +952,17 @@ fn shield_filter_fallback_attaches_replaces_and_removes() {
             );
             s
         })
-        .unwrap();
+        .unwrap()
+    };
+
+    // A stale shield: attached as a filter by a "process" that never cleaned up.
+    let stale = filter_shield();
     let stale_id = stale.program().info().unwrap().id;
     std::mem::forget(stale); // its Drop never runs, as after a crash
     assert_eq!(installed(), Some(stale_id));
 
     // A new shield replaces it, and shields.
-    let fresh =
-        n.b.enter(move || {
-            let mut s = VipShield::load(8).unwrap();
-            s.set_vips(&[vip4]).unwrap();
-            let i = fp_ebpf::ifindex("eth0").unwrap();
-            assert_eq!(
-                s.attach(i, AttachChoice::Filter).unwrap(),
-                Attachment::Filter
-            );
-            s
-        })
-        .unwrap();
+    let fresh = filter_shield();
     let fresh_id = fresh.program().info().unwrap().id;
     assert_ne!(fresh_id, stale_id);
     assert_eq!(installed(), Some(fresh_id), "the stale filter was replaced");
