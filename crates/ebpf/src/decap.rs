@@ -40,6 +40,17 @@ use crate::netlink::{Netlink, TcFilter};
 use crate::prog::{ProgType, Program};
 use crate::{sys, Error, Result};
 
+/// The second-chance option's layout (fp-wire's `second_chance` module writes it; a test holds
+/// the two together).
+mod sc {
+    /// IPv4 option type.
+    pub const IPV4_OPTION: u8 = 0x9E;
+    /// Its length.
+    pub const IPV4_LEN: u8 = 8;
+    /// Layout version.
+    pub const VERSION: u8 = 1;
+}
+
 /// Which tunnels to strip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DecapConfig {
@@ -69,8 +80,14 @@ pub mod counter {
     pub const UNSUPPORTED: u32 = 3;
     /// `bpf_skb_adjust_room` failed (left as it was).
     pub const ERROR: u32 = 4;
+    /// Packets carrying a second-chance option delivered here: a SYN, a flow with a socket on
+    /// this host, or a packet the program could not look up (decapsulated like any other).
+    pub const SECOND_CHANCE_LOCAL: u32 = 5;
+    /// Packets carrying a second-chance option forwarded to the backend the option names, since
+    /// this host has no socket for their flow.
+    pub const SECOND_CHANCE_FORWARDED: u32 = 6;
     /// Number of counters.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 7;
 }
 
 /// The program's counters, summed over CPUs.
@@ -86,6 +103,10 @@ pub struct DecapStats {
     pub unsupported: u64,
     /// See [`counter::ERROR`].
     pub error: u64,
+    /// See [`counter::SECOND_CHANCE_LOCAL`].
+    pub second_chance_local: u64,
+    /// See [`counter::SECOND_CHANCE_FORWARDED`].
+    pub second_chance_forwarded: u64,
 }
 
 /// Program name as the kernel shows it.
@@ -129,9 +150,19 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     let out = a.label();
     let ret = a.label();
     let pull = a.label();
+    let v4_frag = a.label();
+    let v4_sc = a.label();
+    let sc = a.label();
+    let do_strip = a.label();
+    let sc_udp = a.label();
+    let sc_local = a.label();
+    let sc_forward = a.label();
+    let tunnels = cfg.gre || cfg.ipip;
 
     a.mov64(R6, R1);
     a.mov64(R9, 0);
+    a.store_imm(Size::W, R10, stack::VERDICT, helper::tc::OK);
+    a.store_imm(Size::W, R10, stack::MARKED, 0);
     a.load(Size::W, R2, R6, 4); // skb->pkt_type
     a.jmp(Cond::Ne, R2, 0, pass); // PACKET_HOST only
 
@@ -151,13 +182,36 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     a.add64(R2, 34);
     a.jmp(Cond::Gt, R2, R8, need_pull);
     a.load(Size::B, R3, R7, 14);
+    if tunnels {
+        a.jmp(Cond::Eq, R3, 0x45 + 2, v4_sc); // IHL 7: a second-chance option?
+    }
     a.jmp(Cond::Ne, R3, 0x45, pass); // version 4, IHL 5
+    a.mov64(R5, 20);
+    a.bind(v4_frag);
     a.load(Size::H, R3, R7, 20);
     a.and64(R3, 0xFF3F); // MF and fragment offset (0x3FFF as a little-endian load sees it)
     a.jmp(Cond::Ne, R3, 0, pass);
     a.load(Size::B, R4, R7, 23);
-    a.mov64(R5, 20);
     a.ja(tunnel);
+
+    if tunnels {
+        // The second-chance option right after the fixed header: remember the backend it names.
+        a.bind(v4_sc);
+        a.mov64(R2, R7);
+        a.add64(R2, 42);
+        a.jmp(Cond::Gt, R2, R8, need_pull);
+        a.load(Size::B, R3, R7, 34);
+        a.jmp(Cond::Ne, R3, sc::IPV4_OPTION as i32, pass);
+        a.load(Size::B, R3, R7, 35);
+        a.jmp(Cond::Ne, R3, sc::IPV4_LEN as i32, pass);
+        a.load(Size::B, R3, R7, 36);
+        a.jmp(Cond::Ne, R3, sc::VERSION as i32, pass);
+        a.load(Size::W, R3, R7, 38);
+        a.store(Size::W, R10, stack::NAMED, R3);
+        a.store_imm(Size::W, R10, stack::MARKED, 1);
+        a.mov64(R5, 28);
+        a.ja(v4_frag);
+    }
 
     a.bind(v6);
     a.mov64(R2, R7);
@@ -222,8 +276,11 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
         a.jmp(Cond::Eq, R4, ETH_P_IPV6, strip);
         a.ja(unsupported);
     }
-    if cfg.gre || cfg.ipip {
+    if tunnels {
         a.bind(strip);
+        a.load(Size::W, R1, R10, stack::MARKED);
+        a.jmp(Cond::Eq, R1, 1, sc);
+        a.bind(do_strip);
         a.mov64(R4, adjust_room::F_FIXED_GSO | adjust_room::F_DECAP_L3_IPV4);
         a.jmp(Cond::Eq, R8, ETH_P_IP, have_flags);
         a.mov64(R4, adjust_room::F_FIXED_GSO | adjust_room::F_DECAP_L3_IPV6);
@@ -244,6 +301,11 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
         a.to_be(R4, 16);
         a.store(Size::H, R2, 12, R4);
         a.ja(out);
+
+        second_chance(
+            &mut a,
+            [sc, sc_udp, sc_local, sc_forward, do_strip, error, out],
+        );
     }
     a.bind(need_pull);
     a.jmp(Cond::Ne, R9, 0, pass);
@@ -263,7 +325,7 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
         a.mov64(R9, counter::UNSUPPORTED as i32);
         a.ja(out);
     }
-    if cfg.gre || cfg.ipip {
+    if tunnels {
         a.bind(error);
         a.mov64(R9, counter::ERROR as i32);
         a.ja(out);
@@ -272,19 +334,165 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     a.mov64(R9, counter::PASS as i32);
 
     a.bind(out);
-    a.store(Size::W, R10, -4, R9);
+    a.store(Size::W, R10, stack::COUNTER, R9);
     a.ld_map_fd(R1, stats);
     a.mov64(R2, R10);
-    a.add64(R2, -4);
+    a.add64(R2, stack::COUNTER as i32);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp(Cond::Eq, R0, 0, ret);
     a.load(Size::DW, R1, R0, 0);
     a.add64(R1, 1);
     a.store(Size::DW, R0, 0, R1);
     a.bind(ret);
-    a.mov64(R0, helper::tc::OK);
+    a.load(Size::W, R0, R10, stack::VERDICT);
     a.exit();
     a.finish()
+}
+
+/// Stack slots (offsets from r10).
+mod stack {
+    /// The counter index for the stats map.
+    pub const COUNTER: i16 = -4;
+    /// The program's verdict (`TC_ACT_OK` unless the packet was redirected).
+    pub const VERDICT: i16 = -8;
+    /// The IPv4 address a second-chance option names.
+    pub const NAMED: i16 = -12;
+    /// 1 when the outer header carries a second-chance option.
+    pub const MARKED: i16 = -16;
+    /// The strip length and inner ethertype, kept across the socket lookup.
+    pub const STRIP: i16 = -24;
+    pub const ETHERTYPE: i16 = -32;
+    /// The socket-lookup tuple (IPv4: source, destination, ports; 12 bytes).
+    pub const TUPLE: i16 = -48;
+}
+
+/// The second-chance decision for a packet whose outer IPv4 header names another backend, entered
+/// with r7 = bytes to strip and r8 = inner ethertype (see [`fp_wire::second_chance`]):
+///
+/// ```text
+///  inner not IPv4 with IHL 5, a fragment, or not TCP/UDP → local
+///  TCP SYN                                              → local (a new connection is ours)
+///  TCP: bpf_skc_lookup_tcp on the inner tuple finds an established, request or time-wait
+///       socket (anything but a listener)                → local
+///  UDP: bpf_sk_lookup_udp finds a socket                → local
+///  otherwise → forward: the option removed (bpf_skb_adjust_room −8 at the network header), the
+///       outer destination rewritten to the named backend, IHL, total length and checksum fixed,
+///       bpf_redirect_neigh out of the interface it came in on (the route and the neighbour
+///       table give the next hop)
+///  local → stripped like any tunnel packet
+/// ```
+///
+/// The forwarded packet keeps the balancer's outer source address and TTL, and carries no option,
+/// so the named backend delivers it (or resets it) and never forwards it again.
+fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
+    let [sc, sc_udp, sc_local, sc_forward, do_strip, error, out] = labels;
+    a.bind(sc);
+    a.store(Size::DW, R10, stack::STRIP, R7);
+    a.store(Size::DW, R10, stack::ETHERTYPE, R8);
+    a.jmp(Cond::Ne, R8, ETH_P_IP, sc_local);
+    a.load(Size::W, R2, R6, 76); // skb->data
+    a.load(Size::W, R3, R6, 80); // skb->data_end
+    a.mov64(R1, R2);
+    a.add64(R1, 14);
+    a.add64(R1, R7); // r1 = inner IPv4 header
+    a.mov64(R4, R1);
+    a.add64(R4, 34); // IPv4 20 + TCP up to its flags byte (UDP needs 8)
+    a.jmp(Cond::Gt, R4, R3, sc_local);
+    a.load(Size::B, R4, R1, 0);
+    a.jmp(Cond::Ne, R4, 0x45, sc_local);
+    a.load(Size::H, R4, R1, 6);
+    a.and64(R4, 0xFF3F);
+    a.jmp(Cond::Ne, R4, 0, sc_local);
+    a.load(Size::B, R5, R1, 9);
+    a.load(Size::W, R4, R1, 12);
+    a.store(Size::W, R10, stack::TUPLE, R4);
+    a.load(Size::W, R4, R1, 16);
+    a.store(Size::W, R10, stack::TUPLE + 4, R4);
+    a.load(Size::W, R4, R1, 20);
+    a.store(Size::W, R10, stack::TUPLE + 8, R4);
+    a.jmp(Cond::Eq, R5, 17, sc_udp);
+    a.jmp(Cond::Ne, R5, 6, sc_local);
+    a.load(Size::B, R4, R1, 33);
+    a.and64(R4, 0x02); // SYN
+    a.jmp(Cond::Ne, R4, 0, sc_local);
+    lookup_args(a);
+    a.call(helper::SKC_LOOKUP_TCP);
+    a.jmp(Cond::Eq, R0, 0, sc_forward);
+    a.load(Size::W, R7, R0, 72); // bpf_sock.state
+    a.mov64(R1, R0);
+    a.call(helper::SK_RELEASE);
+    a.jmp(Cond::Eq, R7, 10, sc_forward); // TCP_LISTEN: no connection here
+    a.ja(sc_local);
+
+    a.bind(sc_udp);
+    lookup_args(a);
+    a.call(helper::SK_LOOKUP_UDP);
+    a.jmp(Cond::Eq, R0, 0, sc_forward);
+    a.mov64(R1, R0);
+    a.call(helper::SK_RELEASE);
+
+    a.bind(sc_local);
+    a.load(Size::DW, R7, R10, stack::STRIP);
+    a.load(Size::DW, R8, R10, stack::ETHERTYPE);
+    a.mov64(R9, counter::SECOND_CHANCE_LOCAL as i32);
+    a.ja(do_strip);
+
+    a.bind(sc_forward);
+    a.mov64(R1, R6);
+    a.mov64(R2, -(sc::IPV4_LEN as i32));
+    a.mov64(R3, adjust_room::MODE_NET);
+    a.mov64(R4, 0);
+    a.call(helper::SKB_ADJUST_ROOM);
+    a.jmp(Cond::Ne, R0, 0, error);
+    a.load(Size::W, R2, R6, 76);
+    a.load(Size::W, R3, R6, 80);
+    a.mov64(R4, R2);
+    a.add64(R4, 34);
+    a.jmp(Cond::Gt, R4, R3, error);
+    a.mov64(R4, 0x45);
+    a.store(Size::B, R2, 14, R4);
+    a.load(Size::H, R4, R2, 16);
+    a.to_be(R4, 16);
+    a.sub64(R4, sc::IPV4_LEN as i32);
+    a.to_be(R4, 16);
+    a.store(Size::H, R2, 16, R4); // total length
+    a.load(Size::W, R4, R10, stack::NAMED);
+    a.store(Size::W, R2, 30, R4); // destination
+    a.mov64(R4, 0);
+    a.store(Size::H, R2, 24, R4);
+    // The header checksum, summed in the loads' byte order (a one's-complement sum is the same
+    // in either order) and stored back the same way.
+    a.mov64(R5, 0);
+    for off in (14..34).step_by(2) {
+        a.load(Size::H, R4, R2, off);
+        a.add64(R5, R4);
+    }
+    for _ in 0..2 {
+        a.mov64(R4, R5);
+        a.rsh64(R4, 16);
+        a.and64(R5, 0xFFFF);
+        a.add64(R5, R4);
+    }
+    a.alu64(crate::asm::Alu::Xor, R5, 0xFFFF);
+    a.store(Size::H, R2, 24, R5);
+    a.load(Size::W, R1, R6, 40); // skb->ifindex
+    a.mov64(R2, 0);
+    a.mov64(R3, 0);
+    a.mov64(R4, 0);
+    a.call(helper::REDIRECT_NEIGH);
+    a.store(Size::W, R10, stack::VERDICT, R0);
+    a.mov64(R9, counter::SECOND_CHANCE_FORWARDED as i32);
+    a.ja(out);
+}
+
+/// r1..r5 for a socket lookup of the IPv4 tuple on the stack, in the packet's network namespace.
+fn lookup_args(a: &mut Asm) {
+    a.mov64(R1, R6);
+    a.mov64(R2, R10);
+    a.add64(R2, stack::TUPLE as i32);
+    a.mov64(R3, 12);
+    a.mov64(R4, -1); // BPF_F_CURRENT_NETNS
+    a.mov64(R5, 0);
 }
 
 /// The decapsulation program and its counters, loaded but not attached.
@@ -312,6 +520,8 @@ fn read_stats(m: &Map) -> Result<DecapStats> {
         gre: c(counter::GRE)?,
         unsupported: c(counter::UNSUPPORTED)?,
         error: c(counter::ERROR)?,
+        second_chance_local: c(counter::SECOND_CHANCE_LOCAL)?,
+        second_chance_forwarded: c(counter::SECOND_CHANCE_FORWARDED)?,
     })
 }
 
@@ -406,10 +616,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn second_chance_layout_matches_the_wire_crate() {
+        use fp_wire::second_chance as w;
+        assert_eq!(sc::IPV4_OPTION, w::IPV4_OPTION);
+        assert_eq!(sc::IPV4_LEN as usize, w::IPV4_LEN);
+        assert_eq!(sc::VERSION, w::VERSION);
+    }
+
+    #[test]
     fn variants_assemble() {
         for (gre, ipip) in [(true, true), (true, false), (false, true), (false, false)] {
             let p = program(DecapConfig { gre, ipip }, 3).unwrap();
-            assert!(p.len() < 128, "{} slots", p.len());
+            assert!(p.len() < 256, "{} slots", p.len());
             let d = crate::asm::disassemble(&p);
             assert_eq!(d.contains("if r4 == 47"), gre);
             assert_eq!(d.contains("if r4 == 41"), ipip);

@@ -24,6 +24,19 @@ pub const XDP_ADJUST_HEAD: i32 = 44;
 pub const SKB_ADJUST_ROOM: i32 = 50;
 /// `long bpf_redirect_map(map, key, flags)`
 pub const REDIRECT_MAP: i32 = 51;
+/// `bpf_sk_lookup_tcp(ctx, tuple, tuple_size, netns, flags)`: a full TCP socket or NULL (to be
+/// released with [`SK_RELEASE`]).
+pub const SK_LOOKUP_TCP: i32 = 84;
+/// `bpf_sk_lookup_udp(ctx, tuple, tuple_size, netns, flags)`: a UDP socket or NULL.
+pub const SK_LOOKUP_UDP: i32 = 85;
+/// `bpf_sk_release(sock)`.
+pub const SK_RELEASE: i32 = 86;
+/// `bpf_skc_lookup_tcp(ctx, tuple, tuple_size, netns, flags)`: like [`SK_LOOKUP_TCP`] but also
+/// finds request (SYN_RECV) and time-wait sockets, as a `sock_common`.
+pub const SKC_LOOKUP_TCP: i32 = 99;
+/// `bpf_redirect_neigh(ifindex, params, plen, flags)`: send the skb out of `ifindex` to the next
+/// hop of its IP destination, the Ethernet header filled from the neighbour table (tc only).
+pub const REDIRECT_NEIGH: i32 = 152;
 /// `long bpf_xdp_adjust_meta(xdp_md, delta)`: grow (negative delta) or shrink the metadata area
 /// in front of the frame.
 pub const XDP_ADJUST_META: i32 = 54;
@@ -67,6 +80,8 @@ pub mod tc {
     pub const OK: i32 = 0;
     /// Drop the packet.
     pub const SHOT: i32 = 2;
+    /// The packet was redirected (what a successful redirect helper returns).
+    pub const REDIRECT: i32 = 7;
 }
 
 /// tcx return codes (programs attached with a `BPF_TCX_INGRESS` / `BPF_TCX_EGRESS` link). They

@@ -792,6 +792,113 @@ fn decap_leaves_other_packets_alone() {
     assert_eq!(g.program().test_run(&f).unwrap().1, want);
 }
 
+/// A tunnel frame (outer IPv4, GRE or IPIP, destination MAC zero) carrying `inner` (an Ethernet
+/// frame) with a second-chance option naming 10.0.0.3.
+fn marked_frame(inner: &[u8], tunnel: Tunnel) -> Vec<u8> {
+    let ip = &inner[14..];
+    let mut buf = vec![0u8; 256 + ip.len()];
+    buf[256..].copy_from_slice(ip);
+    let enc = Encap {
+        l2: OuterL2 {
+            src: SRC_MAC,
+            dst: MacAddr::ZERO,
+            vlan: None,
+        },
+        ip: OuterIp::V4 {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            ttl: 64,
+        },
+        tunnel,
+    };
+    let end = buf.len();
+    let start = enc.encapsulate(&mut buf, 256..end, 0x1234, 9).unwrap();
+    let named: IpAddr = "10.0.0.3".parse().unwrap();
+    let start = fp_wire::second_chance::insert(&mut buf, start, end, 14, named).unwrap();
+    buf[start..].to_vec()
+}
+
+/// The inner frame a backend should see: the outer frame's MACs, the inner ethertype, the inner
+/// IP packet.
+fn inner_seen(outer: &[u8], inner: &[u8]) -> Vec<u8> {
+    let mut want = outer[..12].to_vec();
+    want.extend_from_slice(&inner[12..]);
+    want
+}
+
+#[test]
+fn decap_second_chance_delivers_or_forwards() {
+    need_root();
+    let d = TcDecap::load(DecapConfig::ALL).unwrap();
+    let p = d.program();
+    // A local listener and one connection to it: its tuple has an established socket here, any
+    // other tuple to the port finds only the listener.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let cport = c.local_addr().unwrap().port();
+    let (_server, _) = l.accept().unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let uport = udp.local_addr().unwrap().port();
+
+    let mut local = 0;
+    for t in [Tunnel::GRE, Tunnel::Ipip] {
+        // A SYN opens a connection here; a packet of the established connection is ours; so is a
+        // datagram to a bound UDP port.
+        let syn = craft::tcp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", port), true);
+        let est = craft::tcp(
+            &Endpoints::new("127.0.0.1", cport, "127.0.0.1", port),
+            false,
+        );
+        let dgram = craft::udp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", uport), 16);
+        for inner in [&syn, &est, &dgram] {
+            let f = marked_frame(inner, t);
+            let (ret, out) = p.test_run(&f).unwrap();
+            assert_eq!(ret, 0, "TC_ACT_OK for {t:?}");
+            assert_eq!(out, inner_seen(&f, inner), "delivered here, {t:?}");
+            local += 1;
+        }
+        // An ACK of a connection this host does not have (only the listener matches), and a
+        // datagram to a port nobody bound: forwarded to the named backend.
+        let stray = craft::tcp(
+            &Endpoints::new("192.0.2.1", 40001, "127.0.0.1", port),
+            false,
+        );
+        let lost = craft::udp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", 9), 16);
+        for inner in [&stray, &lost] {
+            let f = marked_frame(inner, t);
+            let (ret, out) = p.test_run(&f).unwrap();
+            assert_eq!(ret, 7, "TC_ACT_REDIRECT for {t:?}");
+            // The option is gone, the destination is the named backend, the header is valid.
+            let mut want = f[..14].to_vec();
+            want.extend_from_slice(&f[14..34]);
+            want.extend_from_slice(&f[42..]);
+            want[14] = 0x45;
+            let total = u16::from_be_bytes([want[16], want[17]]) - 8;
+            want[16..18].copy_from_slice(&total.to_be_bytes());
+            want[30..34].copy_from_slice(&[10, 0, 0, 3]);
+            want[24..26].fill(0);
+            let c = fp_wire::checksum::checksum(&want[14..34]);
+            want[24..26].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(out, want, "forwarded, {t:?}");
+            assert!(fp_wire::checksum::verify(&out[14..34]));
+            assert_eq!(fp_wire::second_chance::find(&out[14..]), None);
+        }
+    }
+    let s = d.stats().unwrap();
+    assert_eq!(s.second_chance_local, local);
+    assert_eq!(s.second_chance_forwarded, 4);
+    assert_eq!((s.gre, s.ipip, s.pass, s.error), (0, 0, 0, 0), "{s:?}");
+    // An IHL-7 header whose option is not ours is left alone.
+    let mut f = marked_frame(
+        &craft::tcp(&Endpoints::new("192.0.2.1", 1, "127.0.0.1", port), false),
+        Tunnel::GRE,
+    );
+    f[34] = 0x94; // router alert
+    assert_eq!(p.test_run(&f).unwrap(), (0, f.clone()));
+    drop(c);
+}
+
 /// The decapsulation rules, written independently of the program.
 fn decap_model(f: &[u8]) -> Vec<u8> {
     let be16 = |i: usize| u16::from_be_bytes([f[i], f[i + 1]]);

@@ -16,6 +16,11 @@
 //!   creates a kernel VXLAN device (`external` mode, any VNI, unless `--vxlan-vni` fixes one) with a
 //!   known MAC (`--vxlan-mac`: the balancer's inner destination MAC must equal it, see
 //!   docs/platform.md, "VXLAN backends"); `--decap none` is L2 DSR (the balancer only rewrites the destination MAC).
+//!   The tc program also gives **second chance**: a tunnel packet whose outer header names
+//!   another backend (`fp_wire::second_chance`) and that belongs to no socket here (a TCP
+//!   packet other than a SYN that finds only a listener, a UDP datagram no socket takes) is sent
+//!   on to the named backend instead of being answered with a reset; `--status` counts both
+//!   outcomes.
 //!
 //! Every change is recorded — with the previous value of each sysctl — in a state file, by
 //! default `/run/flowplane/backend-<netns cookie>.json` (one per network namespace: the cookie is
@@ -633,6 +638,10 @@ fn status(path: &Path, cookie: u64) -> Result<()> {
                                 println!(
                                     "    decapsulated: gre {} ipip {}; untouched {}; unsupported {}; errors {}",
                                     s.gre, s.ipip, s.pass, s.unsupported, s.error
+                                );
+                                println!(
+                                    "    second chance: delivered here {}, forwarded to the named backend {}",
+                                    s.second_chance_local, s.second_chance_forwarded
                                 );
                             }
                         }

@@ -242,6 +242,10 @@ pub struct VipSpec {
     pub mtu: Option<u16>,
     /// QUIC connection-ID routing (`vip.quic`): where short-header packets carry the server id.
     pub quic: Option<QuicIdLayout>,
+    /// Second chance (`vip.second_chance`, default on for GRE and IPIP): a packet of a flow with
+    /// no connection entry, whose backend moved in the last `balancer.second_chance_s`, names the
+    /// backend it had in its tunnel header (see `crate::stage` and `fp_wire::second_chance`).
+    pub second_chance: bool,
 }
 
 /// A validated pool (kept for health checking).
@@ -321,6 +325,13 @@ pub struct BalancerSpec {
     pub max_vips: usize,
     /// Counter slots for backends.
     pub max_backends: usize,
+    /// How long after a change of a VIP's backend set its earlier set is kept for second chance
+    /// (`balancer.second_chance_s`, seconds; 0 turns second chance off everywhere).
+    pub second_chance_s: u32,
+    /// Where the balancer keeps what outlives a process (`balancer.state_dir`): the backend sets
+    /// Maglev dealt from, so that a restart with a changed backend set gives second chance too.
+    /// `None`: the service's state directory (`$STATE_DIRECTORY`, else `/var/lib/flowplane`).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// Where the hash seed came from.
@@ -428,6 +439,8 @@ struct RawBalancer {
     conn_cache_entries: Option<usize>,
     max_vips: Option<usize>,
     max_backends: Option<usize>,
+    second_chance_s: Option<u64>,
+    state_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -454,6 +467,7 @@ struct RawVip {
     quic: Option<bool>,
     quic_id_offset: Option<u8>,
     quic_id_len: Option<u8>,
+    second_chance: Option<bool>,
 }
 
 #[derive(Deserialize)]

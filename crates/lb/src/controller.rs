@@ -466,6 +466,43 @@ impl Balancer {
         (g, out)
     }
 
+    /// Every VIP's backend sets, for the state file a successor reads (`crate::sets`).
+    pub fn backend_sets(&self) -> std::collections::BTreeMap<String, crate::snapshot::VipSets> {
+        self.builder.sets()
+    }
+
+    /// Take the backend sets a predecessor left (before the workers start) and publish: VIPs
+    /// whose set changed since give second chance toward the predecessor's backends. Returns how
+    /// many VIPs have an earlier set now.
+    pub fn restore_sets(
+        &mut self,
+        sets: &std::collections::BTreeMap<String, crate::snapshot::VipSets>,
+    ) -> (usize, Vec<Action>) {
+        let b = &self.config.balancer;
+        let maglev =
+            fp_maglev::Config::new(b.maglev_size as u64, b.seed).expect("validated maglev_size");
+        self.builder.restore(sets, &maglev);
+        let out = self.publish("backend sets of the previous run restored");
+        let n = self
+            .snaps
+            .load()
+            .vips
+            .iter()
+            .filter(|v| v.earlier.is_some())
+            .count();
+        (n, out)
+    }
+
+    /// Close the second-chance windows that ended by `now` (a new snapshot without their earlier
+    /// tables).
+    pub fn on_clock(&mut self, now: std::time::Instant) -> Vec<Action> {
+        if self.builder.expire(now) {
+            self.publish("second-chance window ended")
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Count a rejected reload; the running configuration stays.
     pub fn reject_reload(&mut self) {
         self.reloads.failed += 1;

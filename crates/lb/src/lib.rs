@@ -79,6 +79,7 @@ pub mod neighbors;
 pub mod offline;
 pub mod seed;
 pub mod service;
+pub mod sets;
 pub mod snapshot;
 pub mod speaker;
 pub mod stage;

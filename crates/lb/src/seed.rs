@@ -4,8 +4,8 @@
 //! to the backend it had (a new seed deals every flow anew, and about `1 - 1/n` of them land on
 //! another of `n` backends, which resets them).
 //!
-//! The file is `balancer.seed_file`, else `seed` in the service's state directory
-//! (`$STATE_DIRECTORY`, which systemd sets for `StateDirectory=flowplane`, else
+//! The file is `balancer.seed_file`, else `seed` in `balancer.state_dir`, else in the service's
+//! state directory (`$STATE_DIRECTORY`, which systemd sets for `StateDirectory=flowplane`, else
 //! `/var/lib/flowplane`). It holds the seed as 16 hexadecimal digits and a newline, mode 0600,
 //! written to a temporary file and renamed, so a crash never leaves half a seed. Balancers that
 //! share VIPs must share the seed: give them the same file (`balancer.seed_file`) or the same
@@ -42,17 +42,42 @@ pub enum SeedError {
     },
 }
 
-/// The default state file when the configuration names none.
-pub fn default_path() -> PathBuf {
-    let dir = std::env::var_os("STATE_DIRECTORY")
-        // systemd may list several directories separated by ':'; the first is ours.
+/// The service's state directory: `$STATE_DIRECTORY` (the first, when systemd lists several),
+/// else `/var/lib/flowplane`.
+pub fn state_directory() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
         .and_then(|d| {
             d.to_str()
                 .and_then(|s| s.split(':').next())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from("/var/lib/flowplane"));
-    dir.join("seed")
+        .unwrap_or_else(|| PathBuf::from("/var/lib/flowplane"))
+}
+
+/// The default state file when the configuration names neither `balancer.seed_file` nor
+/// `balancer.state_dir`: `seed` in the service's state directory.
+pub fn default_path() -> PathBuf {
+    state_directory().join("seed")
+}
+
+/// Write `bytes` to `path` readable by its owner only (mode 0600 whatever the umask), through a
+/// temporary file renamed into place, so a crash never leaves half a file; creates the directory.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// The state file `cfg` keeps its seed in, if it keeps it in one (no `balancer.seed`).
@@ -60,7 +85,10 @@ pub fn path_of(cfg: &LbConfig) -> Option<PathBuf> {
     match cfg.balancer.seed_origin {
         SeedOrigin::Configured => None,
         SeedOrigin::StateFile | SeedOrigin::Random => {
-            Some(cfg.balancer.seed_file.clone().unwrap_or_else(default_path))
+            Some(cfg.balancer.seed_file.clone().unwrap_or_else(|| {
+                let dir = cfg.balancer.state_dir.clone();
+                dir.unwrap_or_else(state_directory).join("seed")
+            }))
         }
     }
 }
@@ -118,24 +146,7 @@ pub fn load_or_create(path: &Path) -> Result<(u64, Loaded), SeedError> {
         Some(seed) => Ok((seed, Loaded::Read)),
         None => {
             let seed = fp_control::seed::random_seed();
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
-            }
-            let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io("creating it"))?;
-            // The mode above is filtered by the umask; the seed is secret whatever the umask.
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .map_err(io("restricting it to its owner"))?;
-            writeln!(f, "{seed:016x}").map_err(io("writing it"))?;
-            f.sync_all().map_err(io("writing it"))?;
-            drop(f);
-            std::fs::rename(&tmp, path).map_err(io("moving it in place"))?;
+            write_private(path, format!("{seed:016x}\n").as_bytes()).map_err(io("writing it"))?;
             Ok((seed, Loaded::Created))
         }
     }

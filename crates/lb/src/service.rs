@@ -64,9 +64,34 @@ pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
             "warning: {e}; path MTU 1500 unless configured"
         )),
     }
+    restore_sets(&mut machine);
     fp_service::run(live, |events| {
         LbService::new(machine, config.to_path_buf(), interface.to_string(), events)
     })
+}
+
+/// Second chance after a restart: the backend sets the previous run left in the state directory.
+fn restore_sets(machine: &mut Balancer) {
+    let path = crate::sets::path_of(machine.config());
+    match crate::sets::read(&path, machine.config()) {
+        Ok(Some(sets)) => {
+            let (n, actions) = machine.restore_sets(&sets);
+            for a in actions {
+                if let Action::Log(l) = a {
+                    log(l);
+                }
+            }
+            log(format_args!(
+                "backend sets of the previous run read from {}: {n} VIP(s) give second chance",
+                path.display()
+            ));
+        }
+        Ok(None) => log(format_args!(
+            "no backend sets of a previous run in {}",
+            path.display()
+        )),
+        Err(e) => log(format_args!("warning: {e}")),
+    }
 }
 
 fn read_config(path: &Path) -> Result<String> {
@@ -84,6 +109,8 @@ pub struct LbService {
     stats: Vec<Arc<WorkerStats>>,
     /// What the admin server reads from the control side.
     control: Arc<Mutex<ControlState>>,
+    /// The backend sets last written to the state file (`crate::sets`).
+    sets_written: Option<crate::sets::Saved>,
 }
 
 impl LbService {
@@ -115,9 +142,27 @@ impl LbService {
             interface,
             stats: Vec::new(),
             control: Arc::new(Mutex::new(ControlState::default())),
+            sets_written: None,
         };
         s.publish();
         Ok(s)
+    }
+
+    /// Keep the backend sets for a successor, when they changed since last written.
+    fn save_sets(&mut self) {
+        let cfg = self.machine.config();
+        let s = crate::sets::saved(cfg, self.machine.backend_sets());
+        if self.sets_written.as_ref() == Some(&s) {
+            return;
+        }
+        match crate::sets::write(&crate::sets::path_of(cfg), &s) {
+            Ok(()) => self.sets_written = Some(s),
+            Err(e) => {
+                // Said once per change, not every tick.
+                log(format_args!("warning: {e}"));
+                self.sets_written = Some(s);
+            }
+        }
     }
 
     /// Publish what the admin server reads (after every change on the control thread).
@@ -214,6 +259,7 @@ impl Service for LbService {
     }
 
     fn started(&mut self, cx: &mut Context<'_>) -> Result<()> {
+        self.save_sets();
         self.refresh_neighbors(cx);
         // Announce only once the forwarder runs (and only VIPs with a healthy backend).
         if let Some(spec) = self.machine.config().bgp.clone() {
@@ -240,6 +286,9 @@ impl Service for LbService {
     fn tick(&mut self, cx: &mut Context<'_>) -> Result<()> {
         self.refresh_neighbors(cx);
         self.keep_speaker_alive(cx);
+        let actions = self.machine.on_clock(std::time::Instant::now());
+        self.apply(actions, cx);
+        self.save_sets();
         self.publish();
         Ok(())
     }
@@ -250,6 +299,7 @@ impl Service for LbService {
         // A backend that just passed a check from this namespace has a fresh neighbour entry:
         // read it now, so its first packets do not go to the gateway MAC.
         self.refresh_neighbors(cx);
+        self.save_sets();
         self.publish();
         Ok(())
     }
@@ -280,6 +330,7 @@ impl Service for LbService {
                 Err(e)
             }
         };
+        self.save_sets();
         self.publish();
         result
     }

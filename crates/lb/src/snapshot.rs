@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The VIP maps: std's hash map with foldhash, a fast process-local hasher (these maps never leave
 /// the process, and their keys are the configuration's VIPs, not packet fields an attacker picks).
@@ -76,6 +77,95 @@ pub struct VipState {
     pub quic: Option<QuicRoute>,
     /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
     encaps: Vec<Option<Prebuilt>>,
+    /// The VIP's earlier Maglev table, while its second-chance window lasts (`None` without
+    /// second chance, or when the backend set has not changed within the window).
+    pub earlier: Option<Earlier>,
+}
+
+/// One backend Maglev deals a VIP's new connections to: what its table is built from.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Selected {
+    /// Address (the backend's identity across configurations and processes).
+    pub address: IpAddr,
+    /// The name Maglev hashes.
+    pub name: String,
+    /// Weight.
+    pub weight: u32,
+}
+
+/// A VIP's selectable backends, in configuration order.
+pub type Selection = Vec<Selected>;
+
+/// The Maglev table a VIP dealt new connections from before its backend set last changed: for a
+/// flow the balancer has no entry for, the backend it most likely lived on (second chance).
+#[derive(Debug)]
+pub struct Earlier {
+    table: Arc<fp_maglev::Table>,
+    /// Address of each table backend index; `None` where that backend no longer serves the VIP
+    /// (a packet sent there would be lost: its connections ended with it).
+    addrs: Vec<Option<IpAddr>>,
+}
+
+impl Earlier {
+    /// The backend the earlier table chose for `flow_hash`, if it still serves the VIP.
+    #[inline(always)]
+    pub fn choice(&self, flow_hash: u64) -> Option<IpAddr> {
+        let k = self.table.entries()[self.table.slot(flow_hash)];
+        self.addrs[k as usize]
+    }
+}
+
+/// A VIP's backend sets as the builder last saw them: the current one, and the earlier one with
+/// the time its second-chance window ends. What [`Builder::sets`] gives and [`Builder::restore`]
+/// takes, so a successor process can give second chance for the flows its predecessor tracked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VipSets {
+    /// The backends new connections are dealt to.
+    pub current: Selection,
+    /// The set before the last change, while its window lasts, and the window's end
+    /// (milliseconds since the Unix epoch).
+    pub earlier: Option<(Selection, u64)>,
+}
+
+/// A VIP's earlier selection as the builder keeps it.
+#[derive(Clone, Debug)]
+struct EarlierSet {
+    selection: Selection,
+    table: Arc<fp_maglev::Table>,
+    until: Instant,
+    until_unix_ms: u64,
+}
+
+impl EarlierSet {
+    fn new(selection: Selection, table: fp_maglev::Table, left: Duration) -> EarlierSet {
+        let until = Instant::now() + left;
+        EarlierSet {
+            selection,
+            table: Arc::new(table),
+            until,
+            until_unix_ms: unix_ms(until),
+        }
+    }
+}
+
+/// The Maglev table of a selection.
+fn table_of(
+    maglev: &fp_maglev::Config,
+    sel: &[Selected],
+) -> Result<fp_maglev::Table, fp_maglev::Error> {
+    let mb: Vec<fp_maglev::Backend> = sel
+        .iter()
+        .map(|s| fp_maglev::Backend::weighted(s.name.clone(), s.weight))
+        .collect();
+    fp_maglev::Table::build(maglev, &mb)
+}
+
+fn unix_ms(t: Instant) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let ahead = t.saturating_duration_since(Instant::now());
+    (now + ahead).as_millis() as u64
 }
 
 /// A QUIC VIP's routing by server id: where the id lies in a short-header packet's destination
@@ -376,6 +466,11 @@ pub struct Builder {
     generation: u64,
     /// Snapshots built by this builder and its copies.
     builds: Arc<std::sync::atomic::AtomicU64>,
+    /// Each VIP's selection in the last snapshot built (by VIP name).
+    selections: HashMap<String, Selection>,
+    /// Each VIP's earlier selection, its table and the end of its second-chance window (as an
+    /// instant, and in ms since the Unix epoch for a successor process).
+    earlier: HashMap<String, EarlierSet>,
 }
 
 /// Why a snapshot could not be built.
@@ -437,6 +532,31 @@ impl Builder {
         self.health.get(&addr).copied().unwrap_or(true)
     }
 
+    /// Record VIP `name`'s selection; when it changed from a non-empty one, the old one becomes
+    /// the VIP's earlier set for `balancer.second_chance_s`.
+    fn note_selection(
+        &mut self,
+        name: &str,
+        selection: Selection,
+        second_chance: bool,
+        b: &crate::config::BalancerSpec,
+        maglev: &fp_maglev::Config,
+    ) {
+        if !second_chance || b.second_chance_s == 0 {
+            self.earlier.remove(name);
+            self.selections.insert(name.to_string(), selection);
+            return;
+        }
+        let old = self.selections.insert(name.to_string(), selection.clone());
+        if let Some(old) = old.filter(|o| !o.is_empty() && *o != selection) {
+            if let Ok(t) = table_of(maglev, &old) {
+                let left = Duration::from_secs(b.second_chance_s as u64);
+                self.earlier
+                    .insert(name.to_string(), EarlierSet::new(old, t, left));
+            }
+        }
+    }
+
     fn id_of(&mut self, addr: IpAddr) -> u32 {
         let next = self.ids.len() as u32;
         *self.ids.entry(addr).or_insert(next)
@@ -463,6 +583,65 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// Every VIP's backend sets: what a successor process needs for second chance.
+    pub fn sets(&self) -> std::collections::BTreeMap<String, VipSets> {
+        self.selections
+            .iter()
+            .map(|(name, current)| {
+                let earlier = self
+                    .earlier
+                    .get(name)
+                    .map(|e| (e.selection.clone(), e.until_unix_ms));
+                let sets = VipSets {
+                    current: current.clone(),
+                    earlier,
+                };
+                (name.clone(), sets)
+            })
+            .collect()
+    }
+
+    /// Take a predecessor's backend sets (before the first build): a VIP whose set differs in the
+    /// configuration gets the predecessor's set as its earlier one, a VIP whose set is unchanged
+    /// keeps the predecessor's earlier set for the rest of its window. Returns how many VIPs got
+    /// an earlier set from `sets`; sets whose table cannot be built under `maglev` are skipped.
+    pub fn restore(
+        &mut self,
+        sets: &std::collections::BTreeMap<String, VipSets>,
+        maglev: &fp_maglev::Config,
+    ) -> usize {
+        let now_unix = unix_ms(Instant::now());
+        let mut n = 0;
+        for (name, s) in sets {
+            self.selections.insert(name.clone(), s.current.clone());
+            if let Some((sel, until)) = &s.earlier {
+                let left = Duration::from_millis(until.saturating_sub(now_unix));
+                if left.is_zero() || sel.is_empty() {
+                    continue;
+                }
+                if let Ok(t) = table_of(maglev, sel) {
+                    let e = EarlierSet::new(sel.clone(), t, left);
+                    self.earlier.insert(name.clone(), e);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Forget earlier sets whose window ended by `now`. Returns whether any did (the snapshot
+    /// must be rebuilt without them).
+    pub fn expire(&mut self, now: Instant) -> bool {
+        let before = self.earlier.len();
+        self.earlier.retain(|_, e| e.until > now);
+        self.earlier.len() != before
+    }
+
+    /// When the next second-chance window ends, if any is open.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.earlier.values().map(|e| e.until).min()
     }
 
     /// Snapshots built so far by this builder and its copies (each builds every VIP's Maglev
@@ -531,6 +710,15 @@ impl Builder {
             // any healthy member (a draining backend finishes its connections).
             let selectable: Vec<&crate::config::BackendSpec> =
                 healthy.iter().copied().filter(|s| !s.drain).collect();
+            let selection: Selection = selectable
+                .iter()
+                .map(|s| Selected {
+                    address: s.address,
+                    name: s.name.clone(),
+                    weight: s.weight,
+                })
+                .collect();
+            self.note_selection(&v.name, selection, v.second_chance, b, &maglev);
             let (table, table_ids) = if selectable.is_empty() {
                 (None, Vec::new())
             } else {
@@ -620,11 +808,26 @@ impl Builder {
                 mtu,
                 quic,
                 encaps,
+                earlier: None,
+            });
+            let vs = vips.last_mut().expect("just pushed");
+            vs.earlier = self.earlier.get(&v.name).map(|e| Earlier {
+                table: e.table.clone(),
+                addrs: (0..e.table.backends().len())
+                    .map(|k| {
+                        let a = e.selection[e.table.input_index(k as u16)].address;
+                        self.ids.get(&a).filter(|&&id| vs.serves(id)).map(|_| a)
+                    })
+                    .collect(),
             });
         }
         for g in &mut groups {
             g.suffixes.sort_by_key(|s| std::cmp::Reverse(s.2));
         }
+        // VIPs that left the configuration leave no sets behind.
+        let named = |n: &String| config.vips.iter().any(|v| v.name == *n);
+        self.selections.retain(|n, _| named(n));
+        self.earlier.retain(|n, _| named(n));
         let local = self.local_mac.unwrap_or(b.mac);
         let cluster = config.cluster.as_ref().map(|c| ClusterState {
             me: c.me,

@@ -108,6 +108,14 @@ outcomes! {
     /// QUIC short-header packets whose server id no backend of the VIP has, or whose backend is
     /// down: routed by their flow like any packet.
     QuicUnknownId => "quic_cid_unknown",
+    /// Flows picked up mid-way (no SYN seen, no entry) whose VIP's earlier backend set chose
+    /// another backend than the current one: recorded with the second-chance mark.
+    SecondChancePicked => "second_chance_picked",
+    /// Packets sent naming the earlier set's backend in the outer header (second chance).
+    SecondChanceSent => "second_chance_sent",
+    /// Packets that should have named an earlier backend but went without the option (IPv6
+    /// outer header, a backend of the other family, no headroom).
+    SecondChanceUnsent => "second_chance_unsent",
 }
 
 /// The counters of one worker.

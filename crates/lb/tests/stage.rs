@@ -1467,3 +1467,125 @@ fn the_flow_cache_never_changes_a_decision() {
         0
     );
 }
+
+/// The backend an outer header's second-chance option names, if any.
+fn named_of(frame: &[u8]) -> Option<IpAddr> {
+    fp_wire::second_chance::find(&frame[14..])
+}
+
+/// Where each of `frames` goes under `backends` alone (a fresh balancer: no entries, no earlier
+/// set).
+fn plain_choices(backends: &[&str], frames: &[Vec<u8>]) -> Vec<IpAddr> {
+    let mut h = Harness::new(backends);
+    h.send(frames, 0).iter().map(|f| backend_of(f)).collect()
+}
+
+#[test]
+fn second_chance_names_the_earlier_backend_of_flows_picked_up_midway() {
+    let three = &FIVE[..3];
+    let four = &FIVE[..4];
+    let flows: Vec<Endpoints> = (0..20_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let syns: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, true)).collect();
+    let before = plain_choices(three, &acks);
+    let now = plain_choices(four, &acks);
+
+    // Another balancer's flows (no entries here) after a backend was added.
+    let mut h = Harness::new(three);
+    h.reconfigure(four);
+    let out = h.send(&acks, 1_000_000);
+    let mut moved = 0;
+    for (i, f) in out.iter().enumerate() {
+        assert_eq!(backend_of(f), now[i], "the current Maglev choice");
+        if before[i] != now[i] {
+            assert_eq!(
+                named_of(f),
+                Some(before[i]),
+                "flow {i} names its earlier backend"
+            );
+            moved += 1;
+        } else {
+            assert_eq!(named_of(f), None, "flow {i} did not move");
+        }
+    }
+    // Maglev moves about a quarter of the flows when a fourth backend joins three.
+    assert!((3_500..6_500).contains(&moved), "{moved} moved");
+    // Later packets of a picked-up flow keep naming it; a SYN opens a new connection here.
+    let again = h.send(&acks, 2_000_000);
+    let named_again = again.iter().filter(|f| named_of(f).is_some()).count();
+    assert_eq!(named_again, moved);
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::SecondChancePicked), moved as u64);
+    assert_eq!(t.get(Outcome::SecondChanceSent), 2 * moved as u64);
+    assert_eq!(t.get(Outcome::SecondChanceUnsent), 0);
+    let mut fresh = Harness::new(three);
+    fresh.reconfigure(four);
+    assert!(fresh.send(&syns, 0).iter().all(|f| named_of(f).is_none()));
+
+    // The window ends: no earlier set, no option.
+    assert!(h
+        .builder
+        .expire(std::time::Instant::now() + std::time::Duration::from_secs(7200)));
+    let cfg = h.published.load().config.clone();
+    h.published.publish(Arc::new(h.builder.build(cfg).unwrap()));
+    assert!(h
+        .send(&acks, 3_000_000)
+        .iter()
+        .all(|f| named_of(f).is_none()));
+}
+
+#[test]
+fn second_chance_never_names_a_backend_that_left_and_can_be_turned_off() {
+    let four = &FIVE[..4];
+    let three = &FIVE[..3];
+    let flows: Vec<Endpoints> = (0..5_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    // 10.0.1.4 removed: its flows have nowhere to go back to (never named); of the others, the
+    // few that Maglev's rebuild moved between the remaining backends name where they were.
+    let mut h = Harness::new(four);
+    h.reconfigure(three);
+    let out = h.send(&acks, 0);
+    let gone: IpAddr = "10.0.1.4".parse().unwrap();
+    assert!(out.iter().all(|f| named_of(f) != Some(gone)));
+    let named = out.iter().filter(|f| named_of(f).is_some()).count();
+    assert!(named < flows.len() / 10, "{named} of {} named", flows.len());
+    // A VIP with second chance off, and a balancer with no window, name nothing.
+    for edit in [
+        |t: String| {
+            t.replace(
+                "pools = [\"web\"]",
+                "pools = [\"web\"]\nsecond_chance = false",
+            )
+        },
+        |t: String| t.replace("seed = 42", "seed = 42\nsecond_chance_s = 0"),
+    ] {
+        let mut h = Harness::with(three, edit);
+        let snap = h.builder.build(config_with(four, edit)).unwrap();
+        h.published.publish(Arc::new(snap));
+        assert!(h.send(&acks, 0).iter().all(|f| named_of(f).is_none()));
+    }
+}
+
+#[test]
+fn a_successor_gives_second_chance_from_its_predecessors_backend_sets() {
+    let (three, four) = (&FIVE[..3], &FIVE[..4]);
+    let flows: Vec<Endpoints> = (0..5_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let before = plain_choices(three, &acks);
+    // The predecessor ran with three backends; the successor's configuration has four.
+    let predecessor = Harness::new(three);
+    let sets = predecessor.builder.sets();
+    let mut h = Harness::new(four);
+    let cfg = config(four);
+    let maglev = fp_maglev::Config::new(65537, cfg.balancer.seed).unwrap();
+    h.builder.restore(&sets, &maglev);
+    h.published.publish(Arc::new(h.builder.build(cfg).unwrap()));
+    let out = h.send(&acks, 0);
+    let named = out.iter().filter(|f| named_of(f).is_some()).count();
+    assert!(named > 500, "{named} named");
+    for (i, f) in out.iter().enumerate() {
+        if let Some(n) = named_of(f) {
+            assert_eq!(n, before[i]);
+        }
+    }
+}

@@ -106,6 +106,7 @@ pub mod ipv6;
 pub mod ipv6ext;
 pub mod offload;
 pub mod pmtu;
+pub mod second_chance;
 pub mod summary;
 pub mod tcp;
 pub mod udp;

@@ -186,6 +186,13 @@ fn balancer(b: &RawBalancer) -> Result<BalancerSpec, ConfigError> {
             ),
         ));
     }
+    let second_chance_s = b.second_chance_s.unwrap_or(DEFAULT_SECOND_CHANCE_S as u64);
+    if second_chance_s > MAX_SECOND_CHANCE_S as u64 {
+        return Err(err(
+            "balancer.second_chance_s",
+            format!("{second_chance_s} is more than {MAX_SECOND_CHANCE_S} (7 days)"),
+        ));
+    }
     Ok(BalancerSpec {
         address,
         address6,
@@ -212,7 +219,28 @@ fn balancer(b: &RawBalancer) -> Result<BalancerSpec, ConfigError> {
         conn_cache_entries,
         max_vips,
         max_backends,
+        second_chance_s: second_chance_s as u32,
+        state_dir: b.state_dir.clone(),
     })
+}
+
+/// Default of `balancer.second_chance_s`: an hour.
+pub const DEFAULT_SECOND_CHANCE_S: u32 = 3600;
+/// Largest `balancer.second_chance_s`.
+pub const MAX_SECOND_CHANCE_S: u32 = 7 * 24 * 3600;
+
+/// `vip.second_chance`: on by default where the tunnel can carry it (GRE, IPIP); asking for it
+/// with VXLAN or L2 DSR is an error.
+fn vip_second_chance(f: &str, v: &RawVip, encap: EncapKind) -> Result<bool, ConfigError> {
+    let tunnel = matches!(encap, EncapKind::Gre | EncapKind::Ipip);
+    match v.second_chance {
+        Some(true) if !tunnel => Err(err(
+            format!("{f}.second_chance"),
+            "needs encap = \"gre\" or \"ipip\" (the option rides in the outer IP header)",
+        )),
+        Some(on) => Ok(on),
+        None => Ok(tunnel),
+    }
 }
 
 /// `[[prefix_group]]`: unique names and prefixes that parse; returns the groups and their index.
@@ -415,6 +443,7 @@ fn vips(
             .transpose()?;
         let (backends, pool_names) = vip_backends(&f, v, pool_index, flat)?;
         let quic = quic_layout(&f, v, protocol, &backends)?;
+        let second_chance = vip_second_chance(&f, v, encap)?;
         vip_reach(&f, v, encap, vip_mtu, &backends, balancer)?;
         vips.push(VipSpec {
             name: v.name.clone(),
@@ -426,6 +455,7 @@ fn vips(
             pools: pool_names,
             mtu: vip_mtu,
             quic,
+            second_chance,
         });
     }
     Ok(vips)

@@ -1,5 +1,6 @@
-//! Connection entries: the value a connection table maps a 5-tuple to (backend id, last-seen
-//! time in ms, the embryonic mark), and the writes of step 3, which keep the flow cache in step
+//! Connection entries: the value a connection table maps a 5-tuple to (backend id in bits 0-23,
+//! the picked-up mark in bit 30, the embryonic mark in bit 31, last-seen time in ms in bits
+//! 32-63), and the writes of step 3, which keep the flow cache in step
 //! with the table (an entry written is cached, one removed or evicted is forgotten).
 
 use super::PRESSURE_SEARCH_NODES;
@@ -10,13 +11,21 @@ use fp_flowcache::KeyedCache;
 /// stay below 2^24, see the configuration's `max_backends`).
 pub(super) const EMBRYONIC: u64 = 1 << 31;
 
+/// Marks an entry made by a packet that did not open its connection (no SYN seen: the flow was
+/// picked up mid-way, after a restart or from another balancer) while its VIP's earlier backend
+/// set chose another backend: the flow's packets name that backend in the tunnel header (second
+/// chance) for as long as the earlier set is kept.
+pub(super) const PICKED: u64 = 1 << 30;
+/// The backend id's bits.
+const BACKEND: u64 = (1 << 24) - 1;
+
 #[inline]
 pub(super) fn entry(backend: u32, now_ms: u32) -> u64 {
     backend as u64 | (now_ms as u64) << 32
 }
 #[inline]
 pub(super) fn entry_backend(v: u64) -> u32 {
-    (v & (EMBRYONIC - 1)) as u32
+    (v & BACKEND) as u32
 }
 #[inline]
 pub(super) fn is_embryonic(v: u64) -> bool {

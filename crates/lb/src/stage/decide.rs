@@ -4,8 +4,8 @@
 //! that waited for a first fragment's decision.
 
 use super::classify::l3_of;
-use super::conn::EMBRYONIC;
 use super::conn::{entry, entry_backend, entry_seen, is_embryonic, record_cached, update_cached};
+use super::conn::{EMBRYONIC, PICKED};
 use super::emit::Emitter;
 use super::guard::Guard;
 use super::{Pending, Scratch, Tables, TraceRecord, Tracer};
@@ -14,6 +14,7 @@ use crate::stats::Outcome;
 use fp_cuckoo::Placed;
 use fp_pipeline::packet::Packet;
 use fp_wire::{FlowKey, FragmentKey, PacketSummary};
+use std::net::IpAddr;
 
 /// A connection's last-seen time is rewritten at most this often (ms).
 const TOUCH_MS: u32 = 1000;
@@ -25,6 +26,19 @@ pub(super) struct Decide<'a> {
     pub(super) now_ms: u32,
     pub(super) tracer: Option<&'a mut (dyn Tracer + 'static)>,
     pub(super) guard: &'a mut Guard,
+}
+
+/// The backend the VIP's earlier set chose for flow hash `h`, when it differs from `backend`
+/// (and still serves the VIP).
+#[inline]
+fn earlier_choice(
+    vs: &crate::snapshot::VipState,
+    h: u64,
+    backend: u32,
+    snap: &crate::snapshot::Snapshot,
+) -> Option<IpAddr> {
+    let a = vs.earlier.as_ref()?.choice(h)?;
+    (Some(a) != snap.backend(backend).map(|b| b.address)).then_some(a)
 }
 
 /// Step 3 for the `i`-th pending packet: reuse the connection's backend or select one with
@@ -58,7 +72,7 @@ pub(super) fn decide(
     let syn = scratch.syns >> i & 1 != 0;
     // A SYN that finds a confirmed entry opens a new connection on reused ports: one whose entry
     // names a draining backend is balanced anew (the entry is overwritten).
-    let (backend, outcome, maglev_slot) = match found {
+    let (backend, outcome, maglev_slot, second) = match found {
         Some(v)
             if vs.serves(entry_backend(v))
                 && !(syn && !is_embryonic(v) && vs.drains(entry_backend(v))) =>
@@ -68,7 +82,9 @@ pub(super) fn decide(
             // rewritten at most every TOUCH_MS.
             let confirm = is_embryonic(v) && !syn;
             if confirm || d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
-                let e = entry(entry_backend(v), d.now_ms) | if confirm { 0 } else { v & EMBRYONIC };
+                let e = entry(entry_backend(v), d.now_ms)
+                    | if confirm { 0 } else { v & EMBRYONIC }
+                    | v & PICKED;
                 let old = match key {
                     FlowKey::V4(_) => update_cached(
                         &mut tables.conn4,
@@ -91,7 +107,13 @@ pub(super) fn decide(
                     stats.count(Outcome::ConnConfirmed, 1);
                 }
             }
-            (entry_backend(v), "hit", None)
+            let b = entry_backend(v);
+            let second = if v & PICKED != 0 {
+                earlier_choice(vs, key.hash(out.seed), b, snap)
+            } else {
+                None
+            };
+            (b, "hit", None, second)
         }
         other => {
             let (outcome, label) = if other.is_some() {
@@ -108,6 +130,14 @@ pub(super) fn decide(
             let Some((b, mslot)) = vs.select(h) else {
                 out.drop(pkt, Outcome::NoBackend);
                 return;
+            };
+            // A packet that does not open its connection, of a flow this balancer has no entry
+            // for: if the VIP's earlier backend set chose another backend, the flow most likely
+            // lives there; the packet names it (second chance).
+            let second = if syn || other.is_some() {
+                None
+            } else {
+                earlier_choice(vs, h, b, snap)
             };
             let under_pressure = match key {
                 FlowKey::V4(_) => tables.conn4.len() >= d.guard.pressure.0,
@@ -127,7 +157,9 @@ pub(super) fn decide(
             if let Some(why) = bypass {
                 stats.count(why, 1);
             } else {
-                let e = entry(b, d.now_ms) | if syn { EMBRYONIC } else { 0 };
+                let e = entry(b, d.now_ms)
+                    | if syn { EMBRYONIC } else { 0 }
+                    | if second.is_some() { PICKED } else { 0 };
                 let seed = tables.cache_seed;
                 let r = match key {
                     FlowKey::V4(_) => record_cached(
@@ -165,6 +197,9 @@ pub(super) fn decide(
                     stats.count(Outcome::ConnEvicted, 1);
                 }
                 d.guard.recorded += new as u32;
+                if assigned && second.is_some() {
+                    stats.count(Outcome::SecondChancePicked, 1);
+                }
                 if assigned {
                     stats.count(Outcome::ConnInsert, 1);
                     if let Some(c) = stats.vip(vip as usize) {
@@ -175,7 +210,7 @@ pub(super) fn decide(
                     }
                 }
             }
-            (b, label, Some(mslot))
+            (b, label, Some(mslot), second)
         }
     };
     if let Some(t) = d.tracer.as_deref_mut() {
@@ -194,7 +229,7 @@ pub(super) fn decide(
         }
     }
     let Some((ident_no, pc)) = frag else {
-        out.packet(pkt, l3, vip, backend, &key);
+        out.send(pkt, l3, vip, backend, &key, second);
         return;
     };
     let fk = FragmentKey {

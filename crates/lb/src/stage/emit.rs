@@ -48,11 +48,28 @@ impl Emitter<'_> {
     #[inline]
     pub(super) fn packet(
         &mut self,
+        p: Packet,
+        l3: (u16, u16),
+        vip: u32,
+        backend: u32,
+        key: &FlowKey,
+    ) {
+        self.send(p, l3, vip, backend, key, None)
+    }
+
+    /// [`packet`](Self::packet), naming `second` in the outer header when given (second chance,
+    /// `fp_wire::second_chance`): the option costs 8 bytes of the path MTU; a packet whose outer
+    /// header cannot carry it (IPv6, whose backend program does not read it yet, or a backend of
+    /// the other family) goes without, counted.
+    #[inline]
+    pub(super) fn send(
+        &mut self,
         mut p: Packet,
         l3: (u16, u16),
         vip: u32,
         backend: u32,
         key: &FlowKey,
+        second: Option<std::net::IpAddr>,
     ) {
         let snap = self.snap;
         let stats = self.stats;
@@ -60,9 +77,27 @@ impl Emitter<'_> {
             self.drop(p, Outcome::NoBackend);
             return;
         };
+        let second = match second {
+            Some(a @ std::net::IpAddr::V4(_))
+                if matches!(pre.encap.ip, fp_wire::encap::OuterIp::V4 { .. }) =>
+            {
+                Some(a)
+            }
+            Some(_) => {
+                stats.count(Outcome::SecondChanceUnsent, 1);
+                None
+            }
+            None => None,
+        };
+        let max_inner = if second.is_some() {
+            pre.max_inner
+                .saturating_sub(fp_wire::second_chance::IPV4_LEN as u16)
+        } else {
+            pre.max_inner
+        };
         let inner_len = (l3.1 - l3.0) as u64;
-        if inner_len > pre.max_inner as u64 {
-            self.too_big(p, l3, vip, backend, key, pre.max_inner);
+        if inner_len > max_inner as u64 {
+            self.too_big(p, l3, vip, backend, key, max_inner);
             return;
         }
         let start = p.start();
@@ -86,6 +121,16 @@ impl Emitter<'_> {
             Err(_) => {
                 self.drop(p, Outcome::EncapFailed);
                 return;
+            }
+        }
+        if let Some(a) = second {
+            let (s, e) = (p.start(), inner.end);
+            match fp_wire::second_chance::insert(p.buffer(), s, e, pre.encap.l2.len(), a) {
+                Ok(n) => {
+                    p.set_frame(n, e - n);
+                    stats.count(Outcome::SecondChanceSent, 1);
+                }
+                Err(_) => stats.count(Outcome::SecondChanceUnsent, 1),
             }
         }
         stats.count(Outcome::Tx, 1);
