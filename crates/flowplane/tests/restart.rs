@@ -16,6 +16,16 @@
 //! 4. The control: stop, remove the state file, start again (a new seed): at least a quarter of
 //!    the held connections are reset or answered by another backend — what every restart did
 //!    before the seed was kept.
+//! 5. Second chance across a restart that changes the backend set: 60 new connections on
+//!    backends 1-3; restart with backend 1's weight doubled and backend 4 added (an upgrade rolled
+//!    out with a configuration change). The successor has no connection entries and its Maglev
+//!    table moves about half of the flows, but it read its predecessor's backend sets from
+//!    `balancer.state_dir`: the moved flows' packets name their earlier backend, the new
+//!    backend's tc program finds no socket and forwards them there, and every held connection
+//!    answers from its backend. Both sides count it (`second_chance_sent` on the balancer,
+//!    "forwarded to the named backend" in `flowplane backend --status`).
+//! 6. The control: the same restart with `second_chance = false` on the VIP loses connections
+//!    (the number is printed).
 //!
 //! Needs root, nginx, curl and iproute2; fails saying so otherwise.
 
@@ -31,21 +41,65 @@ const VIP: &str = "10.100.0.10";
 const HELD: usize = 60;
 const BIN: &str = env!("CARGO_BIN_EXE_flowplane");
 
-fn config_text(seed_file: &std::path::Path) -> String {
-    let backends = (1..=3)
-        .map(|i| format!("{{ address = \"{}\" }}", backend_addr(i)))
+/// The lab's configuration: backends (index, weight), the seed's file, the state directory,
+/// second chance on or off.
+fn config_text(
+    seed_file: &std::path::Path,
+    backends: &[(usize, u32)],
+    second_chance: bool,
+) -> String {
+    let list = backends
+        .iter()
+        .map(|&(i, w)| format!("{{ address = \"{}\", weight = {w} }}", backend_addr(i)))
         .collect::<Vec<_>>()
         .join(", ");
+    let state_dir = seed_file.parent().expect("in a directory");
     format!(
-        "[balancer]\naddress = \"{LB}\"\nseed_file = {:?}\nmaglev_size = 65537\n\
-         conn_idle_timeout_ms = 120000\n\n\
+        "[balancer]\naddress = \"{LB}\"\nseed_file = {:?}\nstate_dir = {:?}\n\
+         maglev_size = 65537\nconn_idle_timeout_ms = 120000\n\n\
          [[vip]]\nname = \"web\"\naddress = \"{VIP}\"\nport = 80\nprotocol = \"tcp\"\n\
-         pools = [\"web\"]\nencap = \"gre\"\n\n\
-         [[pool]]\nname = \"web\"\nbackends = [{backends}]\nhealth = {{ kind = \"http\", \
+         pools = [\"web\"]\nencap = \"gre\"\nsecond_chance = {second_chance}\n\n\
+         [[pool]]\nname = \"web\"\nbackends = [{list}]\nhealth = {{ kind = \"http\", \
          path = \"/\", status = 200, body = \"backend\", interval_ms = 200, timeout_ms = 150, \
          rise = 2, fall = 2 }}\n",
-        seed_file.display().to_string()
+        seed_file.display().to_string(),
+        state_dir.display().to_string(),
     )
+}
+
+const THREE: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
+/// Backend 1's weight doubled and backend 4 added.
+const CHANGED: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
+
+/// Packets the backends' tc programs forwarded to a named backend (`flowplane backend --status`).
+fn backends_forwarded(lab: &Lab) -> Result<u64> {
+    let mut n = 0;
+    for b in &lab.backends {
+        let state = lab
+            .net
+            .dir(&format!("backend-b{}", b.i))?
+            .join("state.json");
+        let out =
+            b.ns.cmd([
+                BIN,
+                "backend",
+                "--status",
+                "--state",
+                &state.to_string_lossy(),
+            ])
+            .run()?
+            .stdout;
+        let line = out
+            .lines()
+            .find(|l| l.contains("forwarded to the named backend"))
+            .with_context(|| format!("no second-chance counters in {out}"))?;
+        n += line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .with_context(|| format!("no count in {line:?}"))?;
+    }
+    Ok(n)
 }
 
 /// One more request on each held connection: how many were answered by their backend.
@@ -67,7 +121,7 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         .context("the lab's directory")?
         .to_path_buf();
     let seed_file = dir.join("state/seed");
-    lab.write_config(&config_text(&seed_file))?;
+    lab.write_config(&config_text(&seed_file, THREE, true))?;
     let check = lab
         .lb
         .cmd([BIN, "check", "--config", &lab.config.to_string_lossy()])
@@ -129,6 +183,53 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
          nothing for the state file to prevent"
     );
     step("control: a new seed moved the connections", t0);
+
+    // 5. A restart that changes the backend set: second chance.
+    let mut held = hold_connections(&lab.client, VIP, HELD)?;
+    stop_balancer(lab, &fp, t0)?;
+    lab.write_config(&config_text(&seed_file, CHANGED, true))?;
+    let forwarded_before = backends_forwarded(lab)?;
+    let fp = start_balancer(lab, driver, 4, balancer, t0)?;
+    ensure!(
+        fp.log().contains("1 VIP(s) give second chance"),
+        "the successor did not take its predecessor's backend sets"
+    );
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut held,
+        "after a restart that changed the backends",
+    )?;
+    let m = Metrics::scrape(&lab.lb)?;
+    let sent = m.val("flowplane_second_chance_total", &[("event", "sent")])?;
+    let forwarded = backends_forwarded(lab)? - forwarded_before;
+    println!(
+        "    {driver}: changed backend set: {HELD} of {HELD} kept; {sent} packets named their \
+         earlier backend, the backends forwarded {forwarded}"
+    );
+    ensure!(sent > 0.0 && forwarded > 0, "second chance was not used");
+    step(
+        "restart with a changed backend set: every held connection kept its backend",
+        t0,
+    );
+
+    // 6. Control: the same change without second chance.
+    let mut held = hold_connections(&lab.client, VIP, HELD)?;
+    stop_balancer(lab, &fp, t0)?;
+    lab.write_config(&config_text(&seed_file, THREE, false))?;
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    let kept = still_on_their_backend(lab, &mut held)?;
+    println!(
+        "    {driver}: without second chance, {kept} of {HELD} held connections kept their backend"
+    );
+    ensure!(
+        kept < HELD,
+        "without second chance every connection survived the change: the control shows nothing"
+    );
+    step(
+        "control: without second chance the change broke connections",
+        t0,
+    );
     stop_balancer(lab, &fp, t0)?;
     Ok(())
 }
@@ -143,7 +244,7 @@ fn run_driver(driver: &str) {
                 vips: &[VIP],
                 decap: "gre",
                 backend_args: &|_| Vec::new(),
-                backends: 3,
+                backends: 4,
                 nginx_server: "",
             }
             .build()

@@ -283,6 +283,22 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
             outcome(key),
         );
     }
+    o.family(
+        "flowplane_second_chance_total",
+        Kind::Counter,
+        "Second chance: picked (flows picked up mid-way, no SYN seen, whose VIP's earlier backend set chose another backend), sent (packets naming that backend in the tunnel header), unsent (packets that could not carry the option: IPv6 outer header, a backend of the other family).",
+    );
+    for (event, key) in [
+        ("picked", "second_chance_picked"),
+        ("sent", "second_chance_sent"),
+        ("unsent", "second_chance_unsent"),
+    ] {
+        o.sample(
+            "flowplane_second_chance_total",
+            &[("event", event)],
+            outcome(key),
+        );
+    }
     o.single(
         "flowplane_conn_inserts_total",
         Kind::Counter,
@@ -613,6 +629,18 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
             "flowplane_vip_backends",
             &[("vip", &vs.name), ("state", "draining")],
             vs.draining,
+        );
+    }
+    o.family(
+        "flowplane_second_chance_earlier_set",
+        Kind::Gauge,
+        "1 while the VIP keeps its earlier backend set (the set before its last change, for balancer.second_chance_s): packets of flows picked up mid-way that the earlier set sent elsewhere name that backend in the tunnel header.",
+    );
+    for vs in &snap.vips {
+        o.sample(
+            "flowplane_second_chance_earlier_set",
+            &[("vip", &vs.name)],
+            vs.earlier.is_some() as u64,
         );
     }
     o.family(
