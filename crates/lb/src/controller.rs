@@ -488,7 +488,7 @@ impl Balancer {
             .load()
             .vips
             .iter()
-            .filter(|v| v.earlier.is_some())
+            .filter(|v| !v.earlier.is_empty())
             .count();
         (n, out)
     }

@@ -632,15 +632,15 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
         );
     }
     o.family(
-        "flowplane_second_chance_earlier_set",
+        "flowplane_second_chance_earlier_sets",
         Kind::Gauge,
-        "1 while the VIP keeps its earlier backend set (the set before its last change, for balancer.second_chance_s): packets of flows picked up mid-way that the earlier set sent elsewhere name that backend in the tunnel header.",
+        "Earlier backend sets each VIP keeps (sets before its changes, each for balancer.second_chance_s): packets of flows picked up mid-way that such a set sent elsewhere name that backend in the tunnel header.",
     );
     for vs in &snap.vips {
         o.sample(
-            "flowplane_second_chance_earlier_set",
+            "flowplane_second_chance_earlier_sets",
             &[("vip", &vs.name)],
-            vs.earlier.is_some() as u64,
+            vs.earlier.len(),
         );
     }
     o.family(

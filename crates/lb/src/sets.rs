@@ -168,7 +168,7 @@ pools = ["p"]
             "web".to_string(),
             VipSets {
                 current: sel.clone(),
-                earlier: Some((sel, 1234)),
+                earlier: vec![(sel, 1234)],
             },
         );
         write(&path, &saved(&c, vips.clone())).unwrap();

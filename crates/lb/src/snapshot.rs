@@ -77,9 +77,9 @@ pub struct VipState {
     pub quic: Option<QuicRoute>,
     /// Encapsulation toward each member, indexed by backend id (built once per snapshot).
     encaps: Vec<Option<Prebuilt>>,
-    /// The VIP's earlier Maglev table, while its second-chance window lasts (`None` without
-    /// second chance, or when the backend set has not changed within the window).
-    pub earlier: Option<Earlier>,
+    /// The VIP's earlier Maglev tables whose second-chance windows last, oldest first (empty
+    /// without second chance, or when the backend set has not changed within the window).
+    pub earlier: Vec<Earlier>,
 }
 
 /// One backend Maglev deals a VIP's new connections to: what its table is built from.
@@ -96,14 +96,37 @@ pub struct Selected {
 /// A VIP's selectable backends, in configuration order.
 pub type Selection = Vec<Selected>;
 
-/// The Maglev table a VIP dealt new connections from before its backend set last changed: for a
-/// flow the balancer has no entry for, the backend it most likely lived on (second chance).
+/// A Maglev table a VIP dealt new connections from before its backend set changed: for a flow
+/// the balancer has no entry for, the backend it most likely lived on (second chance).
 #[derive(Debug)]
 pub struct Earlier {
+    /// The set's id (1..=[`MAX_SET_ID`], unique among the VIP's kept sets): a connection entry
+    /// made for a flow picked up mid-way keeps the id of the set that named its backend, so
+    /// later changes do not change the name.
+    pub id: u8,
     table: Arc<fp_maglev::Table>,
     /// Address of each table backend index; `None` where that backend no longer serves the VIP
     /// (a packet sent there would be lost: its connections ended with it).
     addrs: Vec<Option<IpAddr>>,
+}
+
+/// Largest earlier-set id (ids live in 6 bits of a connection entry; 0 means none).
+pub const MAX_SET_ID: u8 = 63;
+/// Earlier sets a VIP keeps at most (the oldest goes first).
+pub const MAX_EARLIER: usize = 8;
+
+impl VipState {
+    /// The newest earlier set: the one a flow picked up now is checked against.
+    #[inline(always)]
+    pub fn newest_earlier(&self) -> Option<&Earlier> {
+        self.earlier.last()
+    }
+
+    /// The earlier set with `id`, while it is kept.
+    #[inline(always)]
+    pub fn earlier_set(&self, id: u8) -> Option<&Earlier> {
+        self.earlier.iter().find(|e| e.id == id)
+    }
 }
 
 impl Earlier {
@@ -115,37 +138,55 @@ impl Earlier {
     }
 }
 
-/// A VIP's backend sets as the builder last saw them: the current one, and the earlier one with
-/// the time its second-chance window ends. What [`Builder::sets`] gives and [`Builder::restore`]
-/// takes, so a successor process can give second chance for the flows its predecessor tracked.
+/// A VIP's backend sets as the builder last saw them: the current one, and the earlier ones
+/// (oldest first) with the time each one's second-chance window ends. What [`Builder::sets`]
+/// gives and [`Builder::restore`] takes, so a successor process can give second chance for the
+/// flows its predecessor tracked.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VipSets {
     /// The backends new connections are dealt to.
     pub current: Selection,
-    /// The set before the last change, while its window lasts, and the window's end
+    /// Sets before the last changes, while their windows last, each with its window's end
     /// (milliseconds since the Unix epoch).
-    pub earlier: Option<(Selection, u64)>,
+    pub earlier: Vec<(Selection, u64)>,
 }
 
 /// A VIP's earlier selection as the builder keeps it.
 #[derive(Clone, Debug)]
 struct EarlierSet {
+    id: u8,
     selection: Selection,
     table: Arc<fp_maglev::Table>,
     until: Instant,
     until_unix_ms: u64,
 }
 
-impl EarlierSet {
-    fn new(selection: Selection, table: fp_maglev::Table, left: Duration) -> EarlierSet {
-        let until = Instant::now() + left;
-        EarlierSet {
-            selection,
-            table: Arc::new(table),
-            until,
-            until_unix_ms: unix_ms(until),
-        }
+/// Keep `selection` (with its table) as the newest of `sets` for `left`: a fresh id, the oldest
+/// set dropped beyond [`MAX_EARLIER`].
+fn push_earlier(
+    sets: &mut Vec<EarlierSet>,
+    next_id: &mut u8,
+    selection: Selection,
+    table: fp_maglev::Table,
+    left: Duration,
+) {
+    if sets.len() >= MAX_EARLIER {
+        sets.remove(0);
     }
+    // The next id in 1..=MAX_SET_ID that no kept set has (at most MAX_EARLIER are taken).
+    let mut id = *next_id;
+    while id == 0 || sets.iter().any(|e| e.id == id) {
+        id = if id >= MAX_SET_ID { 1 } else { id + 1 };
+    }
+    *next_id = if id >= MAX_SET_ID { 1 } else { id + 1 };
+    let until = Instant::now() + left;
+    sets.push(EarlierSet {
+        id,
+        selection,
+        table: Arc::new(table),
+        until,
+        until_unix_ms: unix_ms(until),
+    });
 }
 
 /// The Maglev table of a selection.
@@ -470,7 +511,9 @@ pub struct Builder {
     selections: HashMap<String, Selection>,
     /// Each VIP's earlier selection, its table and the end of its second-chance window (as an
     /// instant, and in ms since the Unix epoch for a successor process).
-    earlier: HashMap<String, EarlierSet>,
+    earlier: HashMap<String, Vec<EarlierSet>>,
+    /// The next earlier-set id to give.
+    next_set_id: u8,
 }
 
 /// Why a snapshot could not be built.
@@ -551,8 +594,8 @@ impl Builder {
         if let Some(old) = old.filter(|o| !o.is_empty() && *o != selection) {
             if let Ok(t) = table_of(maglev, &old) {
                 let left = Duration::from_secs(b.second_chance_s as u64);
-                self.earlier
-                    .insert(name.to_string(), EarlierSet::new(old, t, left));
+                let sets = self.earlier.entry(name.to_string()).or_default();
+                push_earlier(sets, &mut self.next_set_id, old, t, left);
             }
         }
     }
@@ -593,7 +636,12 @@ impl Builder {
                 let earlier = self
                     .earlier
                     .get(name)
-                    .map(|e| (e.selection.clone(), e.until_unix_ms));
+                    .map(|sets| {
+                        sets.iter()
+                            .map(|e| (e.selection.clone(), e.until_unix_ms))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let sets = VipSets {
                     current: current.clone(),
                     earlier,
@@ -603,10 +651,11 @@ impl Builder {
             .collect()
     }
 
-    /// Take a predecessor's backend sets (before the first build): a VIP whose set differs in the
-    /// configuration gets the predecessor's set as its earlier one, a VIP whose set is unchanged
-    /// keeps the predecessor's earlier set for the rest of its window. Returns how many VIPs got
-    /// an earlier set from `sets`; sets whose table cannot be built under `maglev` are skipped.
+    /// Take a predecessor's backend sets (before the first build): every VIP keeps the
+    /// predecessor's earlier sets for the rest of their windows, and one whose set differs in the
+    /// configuration gets the predecessor's current set as its newest earlier one at the next
+    /// build. Returns how many earlier sets were taken; sets whose table cannot be built under
+    /// `maglev` are skipped.
     pub fn restore(
         &mut self,
         sets: &std::collections::BTreeMap<String, VipSets>,
@@ -616,14 +665,14 @@ impl Builder {
         let mut n = 0;
         for (name, s) in sets {
             self.selections.insert(name.clone(), s.current.clone());
-            if let Some((sel, until)) = &s.earlier {
+            let sets = self.earlier.entry(name.clone()).or_default();
+            for (sel, until) in &s.earlier {
                 let left = Duration::from_millis(until.saturating_sub(now_unix));
                 if left.is_zero() || sel.is_empty() {
                     continue;
                 }
                 if let Ok(t) = table_of(maglev, sel) {
-                    let e = EarlierSet::new(sel.clone(), t, left);
-                    self.earlier.insert(name.clone(), e);
+                    push_earlier(sets, &mut self.next_set_id, sel.clone(), t, left);
                     n += 1;
                 }
             }
@@ -634,14 +683,18 @@ impl Builder {
     /// Forget earlier sets whose window ended by `now`. Returns whether any did (the snapshot
     /// must be rebuilt without them).
     pub fn expire(&mut self, now: Instant) -> bool {
-        let before = self.earlier.len();
-        self.earlier.retain(|_, e| e.until > now);
-        self.earlier.len() != before
+        let mut gone = false;
+        for sets in self.earlier.values_mut() {
+            let before = sets.len();
+            sets.retain(|e| e.until > now);
+            gone |= sets.len() != before;
+        }
+        gone
     }
 
     /// When the next second-chance window ends, if any is open.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.earlier.values().map(|e| e.until).min()
+        self.earlier.values().flatten().map(|e| e.until).min()
     }
 
     /// Snapshots built so far by this builder and its copies (each builds every VIP's Maglev
@@ -808,18 +861,23 @@ impl Builder {
                 mtu,
                 quic,
                 encaps,
-                earlier: None,
+                earlier: Vec::new(),
             });
             let vs = vips.last_mut().expect("just pushed");
-            vs.earlier = self.earlier.get(&v.name).map(|e| Earlier {
-                table: e.table.clone(),
-                addrs: (0..e.table.backends().len())
-                    .map(|k| {
-                        let a = e.selection[e.table.input_index(k as u16)].address;
-                        self.ids.get(&a).filter(|&&id| vs.serves(id)).map(|_| a)
-                    })
-                    .collect(),
-            });
+            let kept = self.earlier.get(&v.name).map_or(&[][..], |s| &s[..]);
+            vs.earlier = kept
+                .iter()
+                .map(|e| Earlier {
+                    id: e.id,
+                    table: e.table.clone(),
+                    addrs: (0..e.table.backends().len())
+                        .map(|k| {
+                            let a = e.selection[e.table.input_index(k as u16)].address;
+                            self.ids.get(&a).filter(|&&id| vs.serves(id)).map(|_| a)
+                        })
+                        .collect(),
+                })
+                .collect();
         }
         for g in &mut groups {
             g.suffixes.sort_by_key(|s| std::cmp::Reverse(s.2));
@@ -827,7 +885,7 @@ impl Builder {
         // VIPs that left the configuration leave no sets behind.
         let named = |n: &String| config.vips.iter().any(|v| v.name == *n);
         self.selections.retain(|n, _| named(n));
-        self.earlier.retain(|n, _| named(n));
+        self.earlier.retain(|n, s| named(n) && !s.is_empty());
         let local = self.local_mac.unwrap_or(b.mac);
         let cluster = config.cluster.as_ref().map(|c| ClusterState {
             me: c.me,

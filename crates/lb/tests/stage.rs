@@ -1589,3 +1589,37 @@ fn a_successor_gives_second_chance_from_its_predecessors_backend_sets() {
         }
     }
 }
+
+#[test]
+fn a_picked_up_flow_keeps_naming_the_same_backend_through_later_changes() {
+    let flows: Vec<Endpoints> = (0..20_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let s0 = &FIVE[..3];
+    let s1 = &FIVE[..4];
+    let s2 = &FIVE[..5];
+    let before = plain_choices(s0, &acks);
+    // Picked up after the first change: each moved flow names its S0 backend.
+    let mut h = Harness::new(s0);
+    h.reconfigure(s1);
+    let first: Vec<Option<IpAddr>> = h.send(&acks, 0).iter().map(|f| named_of(f)).collect();
+    assert!(first.iter().flatten().count() > 3_000);
+    // A second change: the same flows (entries kept) still name their S0 backend, not what the
+    // newer earlier set (S1) would say.
+    h.reconfigure(s2);
+    let second: Vec<Option<IpAddr>> = h
+        .send(&acks, 1_000_000)
+        .iter()
+        .map(|f| named_of(f))
+        .collect();
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        if let Some(a) = a {
+            assert_eq!(Some(*a), *b, "flow {i} changed its named backend");
+            assert_eq!(*a, before[i]);
+        }
+    }
+    assert_eq!(
+        h.published.load().vips[0].earlier.len(),
+        2,
+        "both earlier sets kept"
+    );
+}

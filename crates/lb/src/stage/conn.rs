@@ -1,6 +1,6 @@
 //! Connection entries: the value a connection table maps a 5-tuple to (backend id in bits 0-23,
-//! the picked-up mark in bit 30, the embryonic mark in bit 31, last-seen time in ms in bits
-//! 32-63), and the writes of step 3, which keep the flow cache in step
+//! the earlier set of a flow picked up mid-way in bits 24-29, the embryonic mark in bit 31,
+//! last-seen time in ms in bits 32-63), and the writes of step 3, which keep the flow cache in step
 //! with the table (an entry written is cached, one removed or evicted is forgotten).
 
 use super::PRESSURE_SEARCH_NODES;
@@ -11,13 +11,21 @@ use fp_flowcache::KeyedCache;
 /// stay below 2^24, see the configuration's `max_backends`).
 pub(super) const EMBRYONIC: u64 = 1 << 31;
 
-/// Marks an entry made by a packet that did not open its connection (no SYN seen: the flow was
-/// picked up mid-way, after a restart or from another balancer) while its VIP's earlier backend
-/// set chose another backend: the flow's packets name that backend in the tunnel header (second
-/// chance) for as long as the earlier set is kept.
-pub(super) const PICKED: u64 = 1 << 30;
+/// Where an entry keeps the id of the earlier backend set that named another backend for its
+/// flow, when a packet that did not open the connection made it (no SYN seen: the flow was
+/// picked up mid-way, after a restart or from another balancer): the flow's packets name that
+/// set's backend in the tunnel header (second chance) for as long as the set is kept. 0: none.
+pub(super) const SET_SHIFT: u32 = 24;
+/// The set id's bits, in place.
+pub(super) const SET_BITS: u64 = 0x3F << SET_SHIFT;
 /// The backend id's bits.
 const BACKEND: u64 = (1 << 24) - 1;
+
+/// The earlier set id an entry keeps (0: none).
+#[inline]
+pub(super) fn entry_set(v: u64) -> u8 {
+    ((v & SET_BITS) >> SET_SHIFT) as u8
+}
 
 #[inline]
 pub(super) fn entry(backend: u32, now_ms: u32) -> u64 {

@@ -5,7 +5,7 @@
 
 use super::classify::l3_of;
 use super::conn::{entry, entry_backend, entry_seen, is_embryonic, record_cached, update_cached};
-use super::conn::{EMBRYONIC, PICKED};
+use super::conn::{entry_set, EMBRYONIC, SET_BITS, SET_SHIFT};
 use super::emit::Emitter;
 use super::guard::Guard;
 use super::{Pending, Scratch, Tables, TraceRecord, Tracer};
@@ -28,16 +28,16 @@ pub(super) struct Decide<'a> {
     pub(super) guard: &'a mut Guard,
 }
 
-/// The backend the VIP's earlier set chose for flow hash `h`, when it differs from `backend`
-/// (and still serves the VIP).
+/// The backend earlier set `e` chose for flow hash `h`, when it differs from `backend` (and
+/// still serves the VIP).
 #[inline]
-fn earlier_choice(
-    vs: &crate::snapshot::VipState,
+fn other_choice(
+    e: &crate::snapshot::Earlier,
     h: u64,
     backend: u32,
     snap: &crate::snapshot::Snapshot,
 ) -> Option<IpAddr> {
-    let a = vs.earlier.as_ref()?.choice(h)?;
+    let a = e.choice(h)?;
     (Some(a) != snap.backend(backend).map(|b| b.address)).then_some(a)
 }
 
@@ -84,7 +84,7 @@ pub(super) fn decide(
             if confirm || d.now_ms.wrapping_sub(entry_seen(v)) >= TOUCH_MS {
                 let e = entry(entry_backend(v), d.now_ms)
                     | if confirm { 0 } else { v & EMBRYONIC }
-                    | v & PICKED;
+                    | v & SET_BITS;
                 let old = match key {
                     FlowKey::V4(_) => update_cached(
                         &mut tables.conn4,
@@ -108,10 +108,11 @@ pub(super) fn decide(
                 }
             }
             let b = entry_backend(v);
-            let second = if v & PICKED != 0 {
-                earlier_choice(vs, key.hash(out.seed), b, snap)
-            } else {
-                None
+            let second = match entry_set(v) {
+                0 => None,
+                id => vs
+                    .earlier_set(id)
+                    .and_then(|e| other_choice(e, key.hash(out.seed), b, snap)),
             };
             (b, "hit", None, second)
         }
@@ -134,10 +135,11 @@ pub(super) fn decide(
             // A packet that does not open its connection, of a flow this balancer has no entry
             // for: if the VIP's earlier backend set chose another backend, the flow most likely
             // lives there; the packet names it (second chance).
-            let second = if syn || other.is_some() {
-                None
-            } else {
-                earlier_choice(vs, h, b, snap)
+            let second = match vs.newest_earlier() {
+                Some(e) if !syn && other.is_none() => {
+                    other_choice(e, h, b, snap).map(|a| (e.id, a))
+                }
+                _ => None,
             };
             let under_pressure = match key {
                 FlowKey::V4(_) => tables.conn4.len() >= d.guard.pressure.0,
@@ -159,7 +161,7 @@ pub(super) fn decide(
             } else {
                 let e = entry(b, d.now_ms)
                     | if syn { EMBRYONIC } else { 0 }
-                    | if second.is_some() { PICKED } else { 0 };
+                    | second.map_or(0, |(id, _)| (id as u64) << SET_SHIFT);
                 let seed = tables.cache_seed;
                 let r = match key {
                     FlowKey::V4(_) => record_cached(
@@ -210,7 +212,7 @@ pub(super) fn decide(
                     }
                 }
             }
-            (b, label, Some(mslot), second)
+            (b, label, Some(mslot), second.map(|(_, a)| a))
         }
     };
     if let Some(t) = d.tracer.as_deref_mut() {
