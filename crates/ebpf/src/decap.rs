@@ -45,10 +45,10 @@ use crate::{sys, Error, Result};
 mod sc {
     /// IPv4 option type.
     pub const IPV4_OPTION: u8 = 0x9E;
-    /// Its length.
-    pub const IPV4_LEN: u8 = 8;
     /// Layout version.
     pub const VERSION: u8 = 1;
+    /// Most backends one option names.
+    pub const MAX_NAMED: i32 = 4;
 }
 
 /// Which tunnels to strip.
@@ -183,7 +183,7 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     a.jmp(Cond::Gt, R2, R8, need_pull);
     a.load(Size::B, R3, R7, 14);
     if tunnels {
-        a.jmp(Cond::Eq, R3, 0x45 + 2, v4_sc); // IHL 7: a second-chance option?
+        a.jmp(Cond::Gt, R3, 0x46, v4_sc); // IHL 7 to 10: a second-chance option?
     }
     a.jmp(Cond::Ne, R3, 0x45, pass); // version 4, IHL 5
     a.mov64(R5, 20);
@@ -195,21 +195,40 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     a.ja(tunnel);
 
     if tunnels {
-        // The second-chance option right after the fixed header: remember the backend it names.
+        // The second-chance option right after the fixed header: remember the next backend it
+        // names; a used-up option is decapsulated like any tunnel packet.
         a.bind(v4_sc);
+        a.store_imm(Size::W, R10, stack::MARKED, 0);
+        a.jmp(Cond::Gt, R3, 0x45 + 1 + sc::MAX_NAMED, pass);
+        a.and64(R3, 0x0F);
+        a.lsh64(R3, 2);
+        a.mov64(R5, R3); // outer header length: 20 + 4 + 4n
         a.mov64(R2, R7);
-        a.add64(R2, 42);
+        a.add64(R2, 14 + 20 + 4 + 4 * sc::MAX_NAMED);
         a.jmp(Cond::Gt, R2, R8, need_pull);
         a.load(Size::B, R3, R7, 34);
         a.jmp(Cond::Ne, R3, sc::IPV4_OPTION as i32, pass);
         a.load(Size::B, R3, R7, 35);
-        a.jmp(Cond::Ne, R3, sc::IPV4_LEN as i32, pass);
+        a.mov64(R4, R5);
+        a.sub64(R4, 20);
+        a.jmp(Cond::Ne, R3, R4, pass); // the option fills the header's options
         a.load(Size::B, R3, R7, 36);
         a.jmp(Cond::Ne, R3, sc::VERSION as i32, pass);
-        a.load(Size::W, R3, R7, 38);
+        a.load(Size::B, R3, R7, 37); // next
+        a.mov64(R4, R5);
+        a.sub64(R4, 24);
+        a.rsh64(R4, 2); // names
+        a.jmp(Cond::Ge, R3, R4, v4_frag); // used up
+        a.jmp(Cond::Ge, R3, sc::MAX_NAMED, pass);
+        a.lsh64(R3, 2);
+        a.mov64(R2, R7);
+        a.add64(R2, R3);
+        a.mov64(R4, R2);
+        a.add64(R4, 42);
+        a.jmp(Cond::Gt, R4, R8, pass); // (inside the bytes checked above; for the verifier)
+        a.load(Size::W, R3, R2, 38);
         a.store(Size::W, R10, stack::NAMED, R3);
         a.store_imm(Size::W, R10, stack::MARKED, 1);
-        a.mov64(R5, 28);
         a.ja(v4_frag);
     }
 
@@ -355,7 +374,7 @@ mod stack {
     pub const COUNTER: i16 = -4;
     /// The program's verdict (`TC_ACT_OK` unless the packet was redirected).
     pub const VERDICT: i16 = -8;
-    /// The IPv4 address a second-chance option names.
+    /// The IPv4 address a second-chance option names next.
     pub const NAMED: i16 = -12;
     /// 1 when the outer header carries a second-chance option.
     pub const MARKED: i16 = -16;
@@ -375,15 +394,17 @@ mod stack {
 ///  TCP: bpf_skc_lookup_tcp on the inner tuple finds an established, request or time-wait
 ///       socket (anything but a listener)                → local
 ///  UDP: bpf_sk_lookup_udp finds a socket                → local
-///  otherwise → forward: the option removed (bpf_skb_adjust_room −8 at the network header), the
-///       outer destination rewritten to the named backend, IHL, total length and checksum fixed,
+///  otherwise → forward: the outer destination rewritten to the option's next backend, the
+///       option's `next` advanced, the checksum updated (bpf_l3_csum_replace), then
 ///       bpf_redirect_neigh out of the interface it came in on (the route and the neighbour
 ///       table give the next hop)
 ///  local → stripped like any tunnel packet
 /// ```
 ///
-/// The forwarded packet keeps the balancer's outer source address and TTL, and carries no option,
-/// so the named backend delivers it (or resets it) and never forwards it again.
+/// The forwarded packet keeps the balancer's outer source address and TTL. The next backend
+/// does the same with the rest of the list; once `next` reaches the end, the option is used up
+/// and the packet is decapsulated like any other (delivered, or answered with a reset), so a
+/// packet is forwarded at most as many times as the option names backends.
 fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     let [sc, sc_udp, sc_local, sc_forward, do_strip, error, out] = labels;
     a.bind(sc);
@@ -438,43 +459,43 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.ja(do_strip);
 
     a.bind(sc_forward);
+    // The checksum first (the helper may move the packet's data: pointers are read again after
+    // it), for the new destination and the advanced `next`, then the fields themselves.
+    a.load(Size::W, R2, R6, 76);
+    a.load(Size::W, R3, R6, 80);
+    a.mov64(R4, R2);
+    a.add64(R4, 38);
+    a.jmp(Cond::Gt, R4, R3, error);
+    a.load(Size::W, R3, R2, 30); // old destination
+    a.load(Size::W, R4, R10, stack::NAMED);
     a.mov64(R1, R6);
-    a.mov64(R2, -(sc::IPV4_LEN as i32));
-    a.mov64(R3, adjust_room::MODE_NET);
-    a.mov64(R4, 0);
-    a.call(helper::SKB_ADJUST_ROOM);
+    a.mov64(R2, 24); // the outer header checksum
+    a.mov64(R5, 4);
+    a.call(helper::L3_CSUM_REPLACE);
     a.jmp(Cond::Ne, R0, 0, error);
     a.load(Size::W, R2, R6, 76);
     a.load(Size::W, R3, R6, 80);
     a.mov64(R4, R2);
-    a.add64(R4, 34);
+    a.add64(R4, 38);
     a.jmp(Cond::Gt, R4, R3, error);
-    a.mov64(R4, 0x45);
-    a.store(Size::B, R2, 14, R4);
-    a.load(Size::H, R4, R2, 16);
-    a.to_be(R4, 16);
-    a.sub64(R4, sc::IPV4_LEN as i32);
-    a.to_be(R4, 16);
-    a.store(Size::H, R2, 16, R4); // total length
+    a.load(Size::H, R3, R2, 36); // version and next (next in the high byte of the load)
+    a.mov64(R4, R3);
+    a.add64(R4, 0x100);
+    a.mov64(R1, R6);
+    a.mov64(R2, 24);
+    a.mov64(R5, 2);
+    a.call(helper::L3_CSUM_REPLACE);
+    a.jmp(Cond::Ne, R0, 0, error);
+    a.load(Size::W, R2, R6, 76);
+    a.load(Size::W, R3, R6, 80);
+    a.mov64(R4, R2);
+    a.add64(R4, 38);
+    a.jmp(Cond::Gt, R4, R3, error);
     a.load(Size::W, R4, R10, stack::NAMED);
     a.store(Size::W, R2, 30, R4); // destination
-    a.mov64(R4, 0);
-    a.store(Size::H, R2, 24, R4);
-    // The header checksum, summed in the loads' byte order (a one's-complement sum is the same
-    // in either order) and stored back the same way.
-    a.mov64(R5, 0);
-    for off in (14..34).step_by(2) {
-        a.load(Size::H, R4, R2, off);
-        a.add64(R5, R4);
-    }
-    for _ in 0..2 {
-        a.mov64(R4, R5);
-        a.rsh64(R4, 16);
-        a.and64(R5, 0xFFFF);
-        a.add64(R5, R4);
-    }
-    a.alu64(crate::asm::Alu::Xor, R5, 0xFFFF);
-    a.store(Size::H, R2, 24, R5);
+    a.load(Size::B, R4, R2, 37);
+    a.add64(R4, 1);
+    a.store(Size::B, R2, 37, R4); // next
     a.load(Size::W, R1, R6, 40); // skb->ifindex
     a.mov64(R2, 0);
     a.mov64(R3, 0);
@@ -619,8 +640,8 @@ mod tests {
     fn second_chance_layout_matches_the_wire_crate() {
         use fp_wire::second_chance as w;
         assert_eq!(sc::IPV4_OPTION, w::IPV4_OPTION);
-        assert_eq!(sc::IPV4_LEN as usize, w::IPV4_LEN);
         assert_eq!(sc::VERSION, w::VERSION);
+        assert_eq!(sc::MAX_NAMED as usize, w::MAX_NAMED);
     }
 
     #[test]

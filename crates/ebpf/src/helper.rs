@@ -12,6 +12,9 @@ pub const MAP_DELETE_ELEM: i32 = 3;
 pub const KTIME_GET_NS: i32 = 5;
 /// `long bpf_skb_store_bytes(skb, offset, from, len, flags)`
 pub const SKB_STORE_BYTES: i32 = 9;
+/// `bpf_l3_csum_replace(skb, offset, from, to, size)`: update the 16-bit checksum at `offset`
+/// for a 2- or 4-byte field changing from `from` to `to` (as stored in the packet).
+pub const L3_CSUM_REPLACE: i32 = 10;
 /// `long bpf_skb_load_bytes(skb, offset, to, len)`
 pub const SKB_LOAD_BYTES: i32 = 26;
 /// `long bpf_skb_change_proto(skb, proto, flags)`

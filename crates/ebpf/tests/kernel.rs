@@ -793,8 +793,8 @@ fn decap_leaves_other_packets_alone() {
 }
 
 /// A tunnel frame (outer IPv4, GRE or IPIP, destination MAC zero) carrying `inner` (an Ethernet
-/// frame) with a second-chance option naming 10.0.0.3.
-fn marked_frame(inner: &[u8], tunnel: Tunnel) -> Vec<u8> {
+/// frame) with a second-chance option naming `named`.
+fn marked_frame(inner: &[u8], tunnel: Tunnel, named: &[IpAddr]) -> Vec<u8> {
     let ip = &inner[14..];
     let mut buf = vec![0u8; 256 + ip.len()];
     buf[256..].copy_from_slice(ip);
@@ -813,7 +813,6 @@ fn marked_frame(inner: &[u8], tunnel: Tunnel) -> Vec<u8> {
     };
     let end = buf.len();
     let start = enc.encapsulate(&mut buf, 256..end, 0x1234, 9).unwrap();
-    let named: IpAddr = "10.0.0.3".parse().unwrap();
     let start = fp_wire::second_chance::insert(&mut buf, start, end, 14, named).unwrap();
     buf[start..].to_vec()
 }
@@ -823,6 +822,23 @@ fn marked_frame(inner: &[u8], tunnel: Tunnel) -> Vec<u8> {
 fn inner_seen(outer: &[u8], inner: &[u8]) -> Vec<u8> {
     let mut want = outer[..12].to_vec();
     want.extend_from_slice(&inner[12..]);
+    want
+}
+
+/// `f` as forwarded to its option's next backend: destination rewritten, `next` advanced, the
+/// header checksum valid.
+fn forwarded(f: &[u8]) -> Vec<u8> {
+    let named = fp_wire::second_chance::find(&f[14..]).unwrap();
+    let IpAddr::V4(to) = named.next().unwrap() else {
+        panic!("an IPv4 name")
+    };
+    let mut want = f.to_vec();
+    want[30..34].copy_from_slice(&to.octets());
+    want[37] += 1;
+    let ihl = (want[14] & 0xF) as usize * 4;
+    want[24..26].fill(0);
+    let c = fp_wire::checksum::checksum(&want[14..14 + ihl]);
+    want[24..26].copy_from_slice(&c.to_be_bytes());
     want
 }
 
@@ -840,6 +856,7 @@ fn decap_second_chance_delivers_or_forwards() {
     let (_server, _) = l.accept().unwrap();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let uport = udp.local_addr().unwrap().port();
+    let one: [IpAddr; 1] = ["10.0.0.3".parse().unwrap()];
 
     let mut local = 0;
     for t in [Tunnel::GRE, Tunnel::Ipip] {
@@ -852,7 +869,7 @@ fn decap_second_chance_delivers_or_forwards() {
         );
         let dgram = craft::udp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", uport), 16);
         for inner in [&syn, &est, &dgram] {
-            let f = marked_frame(inner, t);
+            let f = marked_frame(inner, t, &one);
             let (ret, out) = p.test_run(&f).unwrap();
             assert_eq!(ret, 0, "TC_ACT_OK for {t:?}");
             assert_eq!(out, inner_seen(&f, inner), "delivered here, {t:?}");
@@ -866,34 +883,48 @@ fn decap_second_chance_delivers_or_forwards() {
         );
         let lost = craft::udp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", 9), 16);
         for inner in [&stray, &lost] {
-            let f = marked_frame(inner, t);
+            let f = marked_frame(inner, t, &one);
             let (ret, out) = p.test_run(&f).unwrap();
             assert_eq!(ret, 7, "TC_ACT_REDIRECT for {t:?}");
-            // The option is gone, the destination is the named backend, the header is valid.
-            let mut want = f[..14].to_vec();
-            want.extend_from_slice(&f[14..34]);
-            want.extend_from_slice(&f[42..]);
-            want[14] = 0x45;
-            let total = u16::from_be_bytes([want[16], want[17]]) - 8;
-            want[16..18].copy_from_slice(&total.to_be_bytes());
-            want[30..34].copy_from_slice(&[10, 0, 0, 3]);
-            want[24..26].fill(0);
-            let c = fp_wire::checksum::checksum(&want[14..34]);
-            want[24..26].copy_from_slice(&c.to_be_bytes());
-            assert_eq!(out, want, "forwarded, {t:?}");
-            assert!(fp_wire::checksum::verify(&out[14..34]));
-            assert_eq!(fp_wire::second_chance::find(&out[14..]), None);
+            assert_eq!(out, forwarded(&f), "forwarded, {t:?}");
+            assert!(fp_wire::checksum::verify(&out[14..14 + 28]));
+            // At the named backend, with no socket either, the option is used up: decapsulated
+            // like any tunnel packet (the kernel resets or delivers it).
+            let (ret, last) = p.test_run(&out).unwrap();
+            assert_eq!(ret, 0, "TC_ACT_OK at the end of the chain, {t:?}");
+            assert_eq!(last, inner_seen(&out, inner));
         }
     }
+    // A chain of three: each host without a socket sends the packet one name further.
+    let three: Vec<IpAddr> = ["10.0.0.3", "10.0.0.4", "10.0.0.5"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let stray = craft::tcp(
+        &Endpoints::new("192.0.2.1", 40002, "127.0.0.1", port),
+        false,
+    );
+    let mut f = marked_frame(&stray, Tunnel::GRE, &three);
+    for hop in 0..3 {
+        let (ret, out) = p.test_run(&f).unwrap();
+        assert_eq!(ret, 7, "hop {hop}");
+        assert_eq!(out, forwarded(&f), "hop {hop}");
+        assert_eq!(out[30..34], [10, 0, 0, 3 + hop as u8]);
+        f = out;
+    }
+    assert_eq!(p.test_run(&f).unwrap().0, 0, "used up after three hops");
     let s = d.stats().unwrap();
     assert_eq!(s.second_chance_local, local);
-    assert_eq!(s.second_chance_forwarded, 4);
-    assert_eq!((s.gre, s.ipip, s.pass, s.error), (0, 0, 0, 0), "{s:?}");
-    // An IHL-7 header whose option is not ours is left alone.
-    let mut f = marked_frame(
-        &craft::tcp(&Endpoints::new("192.0.2.1", 1, "127.0.0.1", port), false),
-        Tunnel::GRE,
+    assert_eq!(s.second_chance_forwarded, 4 + 3);
+    assert_eq!(
+        s.gre + s.ipip,
+        4 + 1,
+        "used-up options are plain tunnel packets"
     );
+    assert_eq!((s.pass, s.error), (0, 0), "{s:?}");
+    // An IHL-7 header whose option is not ours is left alone.
+    let e = Endpoints::new("192.0.2.1", 1, "127.0.0.1", port);
+    let mut f = marked_frame(&craft::tcp(&e, false), Tunnel::GRE, &one);
     f[34] = 0x94; // router alert
     assert_eq!(p.test_run(&f).unwrap(), (0, f.clone()));
     drop(c);

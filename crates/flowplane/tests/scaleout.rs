@@ -201,6 +201,12 @@ fn nginx_config(i: usize) -> NginxConfig {
 }
 
 fn build_lab(tag: &str) -> Result<Lab> {
+    build_lab_with(tag, BACKENDS)
+}
+
+/// The lab with `backends` backends (every balancer's configuration lists the first
+/// [`BACKENDS`]).
+fn build_lab_with(tag: &str, backends_n: usize) -> Result<Lab> {
     let net = TestNet::new(tag)?;
     net.require_tools(&["bird", "birdc", "nginx", "wrk", "curl"])?;
     let quiet = |ns: &Netns| -> Result<()> {
@@ -264,7 +270,7 @@ fn build_lab(tag: &str) -> Result<Lab> {
     let udp_stop = Arc::new(AtomicBool::new(false));
     let mut nginx = Vec::new();
     let mut backends = Vec::new();
-    for i in 1..=BACKENDS {
+    for i in 1..=backends_n {
         let ns = net.ns(&format!("b{i}"))?;
         quiet(&ns)?;
         let (e, p) = net.veth(&ns, "eth0", &sw, &format!("p-b{i}"))?;
@@ -318,7 +324,7 @@ fn build_lab(tag: &str) -> Result<Lab> {
 
     // The topology without balancers: client → router → backend address, reply direct.
     client.ping(ROUTER_C, 1)?;
-    for i in 1..=BACKENDS {
+    for i in 1..=backends_n {
         let out = client
             .cmd([
                 "curl",
@@ -364,19 +370,24 @@ impl Lab {
 
     /// Start balancer `i` (the built binary, one worker) and wait until it is ready.
     fn start_lb(&mut self, i: usize) -> Result<()> {
+        self.start_lb_as(i, "af_packet", BIN)
+    }
+
+    /// Start balancer `i` from the binary `bin` on `driver` and wait until it is ready.
+    fn start_lb_as(&mut self, i: usize, driver: &str, bin: &str) -> Result<()> {
         let slot = &self.lbs[i - 1];
         let config = slot.config.to_string_lossy().into_owned();
         let p = slot
             .ns
             .cmd([
-                BIN,
+                bin,
                 "run",
                 "--config",
                 &config,
                 "--interface",
                 "eth0",
                 "--driver",
-                "af_packet",
+                driver,
                 "--admin",
                 ADMIN,
                 "--workers",
@@ -1117,4 +1128,425 @@ fn fragments_reach_one_backend() -> Result<()> {
         "no fragment was redirected to its owner (redirected {redirected}, in {redirect_in})"
     );
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Changes under 1,000 keep-alive connections.
+
+/// Backends of the changes test's lab (b4 and b5 join during the run).
+const CHANGE_BACKENDS: usize = 5;
+/// Keep-alive connections held through the changes.
+const FLEET: usize = 1000;
+/// Threads the fleet's connections are spread over.
+const FLEET_THREADS: usize = 4;
+/// Each connection makes one request per cycle at most.
+const FLEET_CYCLE: Duration = Duration::from_millis(1000);
+/// A request that takes longer counts its connection as broken.
+const FLEET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The changes test's balancer configuration: no `balancer.seed` (the seed's state file is shared
+/// by both balancers, as docs/deployment.md says), the state directory per balancer, the given
+/// backends (index, weight), second chance on or off.
+fn change_config(
+    i: usize,
+    dir: &std::path::Path,
+    backends: &[(usize, u32)],
+    second_chance: bool,
+) -> String {
+    let cluster = (1..=BALANCERS)
+        .map(|k| format!("\"{}\"", lb_addr(k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let list = backends
+        .iter()
+        .map(|&(k, w)| format!("{{ address = \"{}\", weight = {w} }}", backend_addr(k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let shared = dir.parent().expect("lab directory").join("shared-seed");
+    let vip = |name: &str, addr: &str, port: u16, proto: &str| {
+        format!(
+            "[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {port}\nprotocol = \"{proto}\"\n\
+             pools = [\"web\"]\nencap = \"gre\"\nsecond_chance = {second_chance}\n\n"
+        )
+    };
+    format!(
+        "[balancer]\naddress = \"{addr}\"\nseed_file = {shared:?}\nstate_dir = {state:?}\n\
+         maglev_size = 65537\nconn_table_capacity = 65536\nconn_idle_timeout_ms = 120000\n\n\
+         [bgp]\nspeaker = \"bird\"\nlocal_as = {LB_AS}\npeer = \"{ROUTER_L}\"\npeer_as = {ROUTER_AS}\n\
+         hold_time_s = {HOLD_S}\ndrain_ms = {DRAIN_MS}\nstate_dir = {bgp:?}\n\n\
+         [cluster]\nbalancers = [{cluster}]\n\n{web}{dgram}\
+         [[pool]]\nname = \"web\"\nbackends = [{list}]\n\
+         health = {{ kind = \"http\", path = \"/\", status = 200, body = \"backend\", interval_ms = 500, \
+         timeout_ms = 300, rise = 2, fall = 2 }}\n",
+        addr = lb_addr(i),
+        shared = shared.display().to_string(),
+        state = dir.join("state").display().to_string(),
+        bgp = dir.join("bgp").display().to_string(),
+        web = vip("web", VIP, 80, "tcp"),
+        dgram = vip("dgram", VIP_UDP, UDP_PORT, "udp"),
+    )
+}
+
+/// What became of one of the fleet's connections.
+#[derive(Debug, Default, Clone)]
+struct Fate {
+    backend: Option<String>,
+    requests: u64,
+    /// What broke it (an error, a reset, a timeout, another backend answering), and when
+    /// (since the run's start).
+    broken: Option<(Duration, String)>,
+}
+
+/// `FLEET` keep-alive connections, each asking for its backend once per `FLEET_CYCLE`.
+struct Fleet {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<Fate>>,
+}
+
+fn start_fleet(client: &Netns, t0: Instant) -> Result<Fleet> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let handle = client.spawn_thread(move || {
+        let threads: Vec<JoinHandle<Vec<Fate>>> = (0..FLEET_THREADS)
+            .map(|_| {
+                let stop = stop2.clone();
+                std::thread::spawn(move || {
+                    let mut conns: Vec<(Option<TcpStream>, Fate)> = (0..FLEET / FLEET_THREADS)
+                        .map(|_| match connect(FLEET_TIMEOUT) {
+                            Ok(s) => (Some(s), Fate::default()),
+                            Err(e) => {
+                                let f = Fate {
+                                    broken: Some((t0.elapsed(), format!("connect: {e}"))),
+                                    ..Fate::default()
+                                };
+                                (None, f)
+                            }
+                        })
+                        .collect();
+                    while !stop.load(Ordering::Relaxed) {
+                        let cycle = Instant::now();
+                        for (s, f) in conns.iter_mut() {
+                            let Some(st) = s.as_mut() else { continue };
+                            let why = match get(st, false) {
+                                Ok(b) => {
+                                    f.requests += 1;
+                                    match &f.backend {
+                                        None => {
+                                            f.backend = Some(b);
+                                            None
+                                        }
+                                        Some(old) if *old != b => {
+                                            Some(format!("backend changed from {old} to {b}"))
+                                        }
+                                        Some(_) => None,
+                                    }
+                                }
+                                Err(e) => Some(e.to_string()),
+                            };
+                            if let Some(why) = why {
+                                f.broken = Some((t0.elapsed(), why));
+                                *s = None;
+                            }
+                        }
+                        if let Some(rest) = FLEET_CYCLE.checked_sub(cycle.elapsed()) {
+                            std::thread::sleep(rest);
+                        }
+                    }
+                    conns.into_iter().map(|(_, f)| f).collect()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })?;
+    Ok(Fleet { stop, handle })
+}
+
+impl Fleet {
+    fn finish(self) -> Result<Vec<Fate>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .join()
+            .map_err(|_| anyhow!("fleet thread panicked"))
+    }
+}
+
+/// SIGTERM balancer `i` and wait until it drained, withdrew and exited.
+fn stop_lb(lab: &mut Lab, i: usize, remaining: &[usize]) -> Result<()> {
+    let p = lab.proc(i)?.clone();
+    sigterm(&p)?;
+    lab.wait_route(remaining, WITHDRAWN_WITHIN)?;
+    let status = p.wait(Duration::from_millis(DRAIN_MS) + Duration::from_secs(10))?;
+    ensure!(status.success(), "lb{i} exited with {status}:\n{}", p.log());
+    lab.lbs[i - 1].proc = None;
+    Ok(())
+}
+
+/// Write balancer `i`'s configuration.
+fn write_change_config(lab: &Lab, i: usize, backends: &[(usize, u32)], on: bool) -> Result<()> {
+    let path = &lab.lb(i).config;
+    let dir = path.parent().context("config directory")?;
+    std::fs::write(path, change_config(i, dir, backends, on))?;
+    Ok(())
+}
+
+/// SIGHUP balancer `i` and wait until its configuration generation moved on.
+fn reload_lb(lab: &Lab, i: usize) -> Result<()> {
+    let gen = |lab: &Lab| -> Result<f64> {
+        lab.metrics(i)?
+            .value("flowplane_config_generation", &[])
+            .ok_or_else(|| anyhow!("lb{i}: no flowplane_config_generation"))
+    };
+    let before = gen(lab)?;
+    let p = lab.proc(i)?;
+    let out = std::process::Command::new("kill")
+        .args(["-HUP", &p.pid().to_string()])
+        .output()?;
+    ensure!(out.status.success(), "kill -HUP: {out:?}");
+    let t = Instant::now();
+    while gen(lab)? <= before {
+        ensure!(
+            t.elapsed() < Duration::from_secs(10),
+            "lb{i} did not reload:\n{}",
+            tail(&p.log(), 20)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Second-chance packets the backends' tc programs forwarded (`flowplane backend --status`).
+fn backends_forwarded(lab: &Lab) -> Result<u64> {
+    let mut n = 0;
+    for (k, ns) in lab.backends.iter().enumerate() {
+        let state = lab
+            ._net
+            .dir(&format!("backend-b{}", k + 1))?
+            .join("state.json");
+        let out = ns
+            .cmd([
+                BIN,
+                "backend",
+                "--status",
+                "--state",
+                &state.to_string_lossy(),
+            ])
+            .run()?
+            .stdout;
+        n += out
+            .lines()
+            .find(|l| l.contains("forwarded to the named backend"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .with_context(|| format!("b{}: no second-chance counters in {out}", k + 1))?;
+    }
+    Ok(n)
+}
+
+/// One run of the changes (each a step the fleet rides through); returns the fleet's fates and
+/// the time step (d) started (since `t0`).
+fn run_changes(
+    lab: &mut Lab,
+    driver: &str,
+    second_chance: bool,
+    t0: Instant,
+) -> Result<(Vec<Fate>, Duration, Vec<(String, Duration)>)> {
+    let s0: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
+    let s1: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
+    let s2: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1), (5, 1)];
+    let s3: &[(usize, u32)] = &[(1, 2), (3, 1), (4, 1), (5, 1)];
+    let mut marks = Vec::new();
+    let mut mark = |what: &str| {
+        println!("[{:>6.2}s] {driver}: {what}", t0.elapsed().as_secs_f64());
+        marks.push((what.to_string(), t0.elapsed()));
+    };
+    for i in [1, 2] {
+        write_change_config(lab, i, s0, second_chance)?;
+        lab.start_lb_as(i, driver, BIN)?;
+    }
+    lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
+    let fleet = start_fleet(&lab.client, t0)?;
+    std::thread::sleep(Duration::from_secs(3));
+    mark("fleet running");
+
+    // (a) A restart of one balancer with the default configuration.
+    stop_lb(lab, 1, &[2])?;
+    lab.start_lb_as(1, driver, BIN)?;
+    lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
+    std::thread::sleep(Duration::from_secs(2));
+    mark("(a) lb1 restarted");
+
+    // (b) An upgrade to another binary file (as a package upgrade replaces it), rolled over
+    // both balancers, with backend 1's weight doubled and backend 4 added.
+    let upgraded = lab._net.dir("upgrade")?.join("flowplane");
+    std::fs::copy(BIN, &upgraded)?;
+    let upgraded = upgraded.to_string_lossy().into_owned();
+    for (i, other) in [(1, 2), (2, 1)] {
+        stop_lb(lab, i, &[other])?;
+        write_change_config(lab, i, s1, second_chance)?;
+        lab.start_lb_as(i, driver, &upgraded)?;
+        lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    mark("(b) both balancers upgraded with a weight change and backend 4");
+
+    // (c) Backend 5 added (lb1 reloads) while lb2 is taken out, at the same moment.
+    write_change_config(lab, 1, s2, second_chance)?;
+    write_change_config(lab, 2, s2, second_chance)?;
+    let lb2 = lab.proc(2)?.clone();
+    sigterm(&lb2)?;
+    reload_lb(lab, 1)?;
+    lab.wait_route(&[1], WITHDRAWN_WITHIN)?;
+    let status = lb2.wait(Duration::from_millis(DRAIN_MS) + Duration::from_secs(10))?;
+    ensure!(status.success(), "lb2 exited with {status}");
+    lab.lbs[1].proc = None;
+    std::thread::sleep(Duration::from_secs(2));
+    lab.start_lb_as(2, driver, &upgraded)?;
+    lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
+    std::thread::sleep(Duration::from_secs(2));
+    mark("(c) backend 5 added while lb2 left (and came back)");
+
+    // (d) A restart whose configuration removes backend 2 (lb2 reloads the same change).
+    let t_d = t0.elapsed();
+    write_change_config(lab, 1, s3, second_chance)?;
+    write_change_config(lab, 2, s3, second_chance)?;
+    reload_lb(lab, 2)?;
+    stop_lb(lab, 1, &[2])?;
+    lab.start_lb_as(1, driver, &upgraded)?;
+    lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
+    std::thread::sleep(Duration::from_secs(3));
+    mark("(d) lb1 restarted without backend 2");
+    let fates = fleet.finish()?;
+    Ok((fates, t_d, marks))
+}
+
+/// Broken connections per step: a connection broken before the first mark is counted under it.
+fn broken_by_step(fates: &[Fate], marks: &[(String, Duration)]) -> Vec<(String, usize)> {
+    marks
+        .iter()
+        .enumerate()
+        .map(|(k, (what, until))| {
+            let from = if k == 0 {
+                Duration::ZERO
+            } else {
+                marks[k - 1].1
+            };
+            let n = fates
+                .iter()
+                .filter_map(|f| f.broken.as_ref())
+                .filter(|(t, _)| *t >= from && (*t < *until || k == marks.len() - 1))
+                .count();
+            (what.clone(), n)
+        })
+        .collect()
+}
+
+fn stop_all(lab: &mut Lab) {
+    for i in 1..=BALANCERS {
+        if let Some(p) = lab.lbs[i - 1].proc.take() {
+            let _ = sigterm(&p);
+            let _ = p.wait(Duration::from_secs(10));
+        }
+    }
+}
+
+fn changes_keep_connections(driver: &str) -> Result<()> {
+    let _g = serial();
+    let mut lab = build_lab_with(&format!("chg-{driver}"), CHANGE_BACKENDS)?;
+    let removed = body_of(2);
+    let t0 = Instant::now();
+    let fwd0 = backends_forwarded(&lab)?;
+    let (fates, t_d, marks) = run_changes(&mut lab, driver, true, t0)?;
+    let sent: f64 = [1, 2]
+        .iter()
+        .map(|&i| {
+            lab.metrics(i)
+                .ok()
+                .and_then(|m| m.value("flowplane_second_chance_total", &[("event", "sent")]))
+                .unwrap_or(0.0)
+        })
+        .sum();
+    let forwarded = backends_forwarded(&lab)? - fwd0;
+    stop_all(&mut lab);
+    let requests: u64 = fates.iter().map(|f| f.requests).sum();
+    let on_removed = fates
+        .iter()
+        .filter(|f| f.backend.as_deref() == Some(removed.as_str()))
+        .count();
+    let unexpected: Vec<&Fate> = fates
+        .iter()
+        .filter(|f| {
+            f.broken
+                .as_ref()
+                .is_some_and(|(t, _)| *t < t_d || f.backend.as_deref() != Some(removed.as_str()))
+        })
+        .collect();
+    let lingering = fates
+        .iter()
+        .filter(|f| f.backend.as_deref() == Some(removed.as_str()) && f.broken.is_none())
+        .count();
+    let ends: Vec<Duration> = fates
+        .iter()
+        .filter(|f| f.backend.as_deref() == Some(removed.as_str()))
+        .filter_map(|f| f.broken.as_ref().map(|(t, _)| t.saturating_sub(t_d)))
+        .collect();
+    println!(
+        "{driver}, second chance on: {} connections, {requests} requests; broken outside the \
+         removed backend: {}; on the removed backend: {on_removed}, ended within {:?} of its \
+         removal ({lingering} still open); balancers sent {sent} second-chance packets, backends \
+         forwarded {forwarded}; by step {:?}",
+        fates.len(),
+        unexpected.len(),
+        ends.iter().max().copied().unwrap_or_default(),
+        broken_by_step(&fates, &marks)
+    );
+    ensure!(fates.len() == FLEET, "{} connections", fates.len());
+    ensure!(
+        unexpected.is_empty(),
+        "{} connections broke: {:?}",
+        unexpected.len(),
+        unexpected.iter().take(10).collect::<Vec<_>>()
+    );
+    ensure!(
+        lingering == 0,
+        "{lingering} connections of the removed backend still open"
+    );
+    ensure!(sent > 0.0 && forwarded > 0, "second chance was never used");
+
+    // Control: the same run with second chance off.
+    let t0 = Instant::now();
+    let (fates, t_d, marks) = run_changes(&mut lab, driver, false, t0)?;
+    stop_all(&mut lab);
+    let lost = fates
+        .iter()
+        .filter(|f| {
+            f.broken
+                .as_ref()
+                .is_some_and(|(t, _)| *t < t_d || f.backend.as_deref() != Some(removed.as_str()))
+        })
+        .count();
+    println!(
+        "{driver}, second chance off (control): {lost} of {} connections broke outside the \
+         removed backend; by step {:?}",
+        fates.len(),
+        broken_by_step(&fates, &marks)
+    );
+    ensure!(
+        lost > 0,
+        "without second chance no connection broke: the control shows nothing"
+    );
+    Ok(())
+}
+
+#[test]
+fn changes_keep_connections_af_packet() -> Result<()> {
+    changes_keep_connections("af_packet")
+}
+
+#[test]
+fn changes_keep_connections_af_xdp() -> Result<()> {
+    changes_keep_connections("af_xdp")
 }

@@ -1468,9 +1468,14 @@ fn the_flow_cache_never_changes_a_decision() {
     );
 }
 
-/// The backend an outer header's second-chance option names, if any.
+/// The first backend an outer header's second-chance option names, if any.
 fn named_of(frame: &[u8]) -> Option<IpAddr> {
-    fp_wire::second_chance::find(&frame[14..])
+    fp_wire::second_chance::find(&frame[14..]).map(|n| n.addrs()[0])
+}
+
+/// Every backend an outer header's second-chance option names.
+fn names_of(frame: &[u8]) -> Vec<IpAddr> {
+    fp_wire::second_chance::find(&frame[14..]).map_or(Vec::new(), |n| n.addrs().to_vec())
 }
 
 /// Where each of `frames` goes under `backends` alone (a fresh balancer: no entries, no earlier
@@ -1622,4 +1627,23 @@ fn a_picked_up_flow_keeps_naming_the_same_backend_through_later_changes() {
         2,
         "both earlier sets kept"
     );
+    // A flow picked up now names what S1 and S0 chose (newest first, without repeats or the
+    // current choice).
+    let between = plain_choices(s1, &acks);
+    let now = plain_choices(s2, &acks);
+    let mut fresh = Harness::new(s0);
+    fresh.reconfigure(s1);
+    fresh.reconfigure(s2);
+    let mut chains = 0;
+    for (i, f) in fresh.send(&acks, 0).iter().enumerate() {
+        let mut want = Vec::new();
+        for a in [between[i], before[i]] {
+            if a != now[i] && !want.contains(&a) {
+                want.push(a);
+            }
+        }
+        assert_eq!(names_of(f), want, "flow {i}");
+        chains += (want.len() == 2) as usize;
+    }
+    assert!(chains > 0, "some flows moved twice");
 }

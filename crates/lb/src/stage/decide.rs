@@ -13,6 +13,7 @@ use crate::frag::Decision;
 use crate::stats::Outcome;
 use fp_cuckoo::Placed;
 use fp_pipeline::packet::Packet;
+use fp_wire::second_chance::MAX_NAMED;
 use fp_wire::{FlowKey, FragmentKey, PacketSummary};
 use std::net::IpAddr;
 
@@ -28,17 +29,47 @@ pub(super) struct Decide<'a> {
     pub(super) guard: &'a mut Guard,
 }
 
-/// The backend earlier set `e` chose for flow hash `h`, when it differs from `backend` (and
-/// still serves the VIP).
+/// The backends a second-chance option names, the one to try first first.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Chain {
+    addrs: [IpAddr; MAX_NAMED],
+    n: u8,
+}
+
+impl Chain {
+    /// The names, in order.
+    #[inline]
+    pub(super) fn addrs(&self) -> &[IpAddr] {
+        &self.addrs[..self.n as usize]
+    }
+}
+
+/// What the earlier sets `sets` (oldest first) chose for flow hash `h`, newest first, without
+/// `backend` and without repeats (at most [`MAX_NAMED`]); `None` when they all agree with it.
 #[inline]
-fn other_choice(
-    e: &crate::snapshot::Earlier,
+fn chain(
+    sets: &[crate::snapshot::Earlier],
     h: u64,
     backend: u32,
     snap: &crate::snapshot::Snapshot,
-) -> Option<IpAddr> {
-    let a = e.choice(h)?;
-    (Some(a) != snap.backend(backend).map(|b| b.address)).then_some(a)
+) -> Option<Chain> {
+    let current = snap.backend(backend).map(|b| b.address);
+    let mut c = Chain {
+        addrs: [IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED); MAX_NAMED],
+        n: 0,
+    };
+    for e in sets.iter().rev() {
+        let Some(a) = e.choice(h) else { continue };
+        if Some(a) == current || c.addrs().contains(&a) {
+            continue;
+        }
+        c.addrs[c.n as usize] = a;
+        c.n += 1;
+        if c.n as usize == MAX_NAMED {
+            break;
+        }
+    }
+    (c.n > 0).then_some(c)
 }
 
 /// Step 3 for the `i`-th pending packet: reuse the connection's backend or select one with
@@ -108,11 +139,15 @@ pub(super) fn decide(
                 }
             }
             let b = entry_backend(v);
+            // A flow picked up mid-way names the backends of the earlier sets it was picked up
+            // under (those up to the one its entry keeps), whatever changed since.
             let second = match entry_set(v) {
                 0 => None,
                 id => vs
-                    .earlier_set(id)
-                    .and_then(|e| other_choice(e, key.hash(out.seed), b, snap)),
+                    .earlier
+                    .iter()
+                    .position(|e| e.id == id)
+                    .and_then(|k| chain(&vs.earlier[..=k], key.hash(out.seed), b, snap)),
             };
             (b, "hit", None, second)
         }
@@ -133,11 +168,12 @@ pub(super) fn decide(
                 return;
             };
             // A packet that does not open its connection, of a flow this balancer has no entry
-            // for: if the VIP's earlier backend set chose another backend, the flow most likely
-            // lives there; the packet names it (second chance).
+            // for: if the VIP's earlier backend sets chose other backends, the flow most likely
+            // lives on one of them; the packet names them (second chance), and the entry keeps
+            // the newest set's id.
             let second = match vs.newest_earlier() {
                 Some(e) if !syn && other.is_none() => {
-                    other_choice(e, h, b, snap).map(|a| (e.id, a))
+                    chain(&vs.earlier, h, b, snap).map(|c| (e.id, c))
                 }
                 _ => None,
             };

@@ -58,7 +58,7 @@ impl Emitter<'_> {
     }
 
     /// [`packet`](Self::packet), naming `second` in the outer header when given (second chance,
-    /// `fp_wire::second_chance`): the option costs 8 bytes of the path MTU; a packet whose outer
+    /// `fp_wire::second_chance`): the option costs 4 + 4n bytes of the path MTU; a packet whose outer
     /// header cannot carry it (IPv6, whose backend program does not read it yet, or a backend of
     /// the other family) goes without, counted.
     #[inline]
@@ -69,7 +69,7 @@ impl Emitter<'_> {
         vip: u32,
         backend: u32,
         key: &FlowKey,
-        second: Option<std::net::IpAddr>,
+        second: Option<super::decide::Chain>,
     ) {
         let snap = self.snap;
         let stats = self.stats;
@@ -77,23 +77,20 @@ impl Emitter<'_> {
             self.drop(p, Outcome::NoBackend);
             return;
         };
+        let v4_outer = matches!(pre.encap.ip, fp_wire::encap::OuterIp::V4 { .. });
         let second = match second {
-            Some(a @ std::net::IpAddr::V4(_))
-                if matches!(pre.encap.ip, fp_wire::encap::OuterIp::V4 { .. }) =>
-            {
-                Some(a)
-            }
+            Some(c) if v4_outer && c.addrs().iter().all(|a| a.is_ipv4()) => Some(c),
             Some(_) => {
                 stats.count(Outcome::SecondChanceUnsent, 1);
                 None
             }
             None => None,
         };
-        let max_inner = if second.is_some() {
-            pre.max_inner
-                .saturating_sub(fp_wire::second_chance::IPV4_LEN as u16)
-        } else {
-            pre.max_inner
+        let max_inner = match &second {
+            Some(c) => pre
+                .max_inner
+                .saturating_sub(fp_wire::second_chance::overhead(false, c.addrs().len()) as u16),
+            None => pre.max_inner,
         };
         let inner_len = (l3.1 - l3.0) as u64;
         if inner_len > max_inner as u64 {
@@ -123,9 +120,10 @@ impl Emitter<'_> {
                 return;
             }
         }
-        if let Some(a) = second {
+        if let Some(c) = &second {
             let (s, e) = (p.start(), inner.end);
-            match fp_wire::second_chance::insert(p.buffer(), s, e, pre.encap.l2.len(), a) {
+            let l2 = pre.encap.l2.len();
+            match fp_wire::second_chance::insert(p.buffer(), s, e, l2, c.addrs()) {
                 Ok(n) => {
                     p.set_frame(n, e - n);
                     stats.count(Outcome::SecondChanceSent, 1);
