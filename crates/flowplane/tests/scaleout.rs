@@ -1345,14 +1345,17 @@ fn backends_forwarded(lab: &Lab) -> Result<u64> {
     Ok(n)
 }
 
-/// One run of the changes (each a step the fleet rides through); returns the fleet's fates and
-/// the time step (d) started (since `t0`).
+/// The end of each step of a run (since the run's start), by name.
+type Marks = Vec<(String, Duration)>;
+
+/// One run of the changes (each a step the fleet rides through); returns the fleet's fates, the
+/// time step (d) started and the steps' ends (since `t0`).
 fn run_changes(
     lab: &mut Lab,
     driver: &str,
     second_chance: bool,
     t0: Instant,
-) -> Result<(Vec<Fate>, Duration, Vec<(String, Duration)>)> {
+) -> Result<(Vec<Fate>, Duration, Marks)> {
     let s0: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
     let s1: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
     let s2: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1), (5, 1)];
