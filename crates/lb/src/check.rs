@@ -99,6 +99,26 @@ fn describe(
             (_, None) => "not set".to_string(),
         }
     );
+    let with: Vec<&str> = cfg
+        .vips
+        .iter()
+        .filter(|v| v.second_chance)
+        .map(|v| v.name.as_str())
+        .collect();
+    let _ = writeln!(
+        s,
+        "  second chance: {}; backend sets kept in {}",
+        if b.second_chance_s == 0 || with.is_empty() {
+            "off".to_string()
+        } else {
+            format!(
+                "earlier backend sets kept {} s, on VIP(s) {}",
+                b.second_chance_s,
+                with.join(", ")
+            )
+        },
+        crate::sets::path_of(cfg).display()
+    );
     let _ = writeln!(
         s,
         "  per worker: {} IPv4 + {} IPv6 connections (idle timeout {} ms), {} fragment \

@@ -126,9 +126,10 @@ pub struct Balancer {
 /// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
 pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), ControlError> {
     let (a, b) = (&old.balancer, &new.balancer);
-    let fixed: [(&str, bool); 10] = [
+    let fixed: [(&str, bool); 11] = [
         ("balancer.seed", a.seed != b.seed),
         ("balancer.seed_file", a.seed_file != b.seed_file),
+        ("balancer.state_dir", a.state_dir != b.state_dir),
         (
             "balancer.conn_table_capacity",
             a.conn_capacity != b.conn_capacity,
