@@ -27,6 +27,10 @@
 //!   flood (bursts of half flood SYNs, half established packets; the cost of the SYNs, measured
 //!   alone in the same state, subtracted), against the same established packets without the flood
 //!   (aim: at most 1.2× their cost).
+//!
+//! Last, `takeover_ms`: what a restart that carries the connections costs (`fp_lb::carry`) with
+//! every entry the first worker tracks at the end: export and de-duplicate them, write the file,
+//! read it, fill a new worker's tables (no peer: it is a time, reported with its parts).
 
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
@@ -200,7 +204,7 @@ pub fn run(a: LbArgs) -> Result<()> {
         // (and at most 80 % full with the tracked ones, for tables larger than the SYN slices).
         let capacity = (n as usize + syn_total + syn_total / 2).max(n as usize * 5 / 4);
         let snaps = snapshots(capacity, CACHE_ENTRIES)?;
-        let mut worker = LbStage::new(0, snaps, a.common.seed)?;
+        let mut worker = LbStage::new(0, snaps.clone(), a.common.seed)?;
         // The cases above the cache ones run without it (switched off, the same code path as a
         // worker configured without one).
         worker.set_flow_cache(false);
@@ -302,8 +306,66 @@ pub fn run(a: LbArgs) -> Result<()> {
             t.get(Outcome::ConnFull) == 0,
             "the benchmark table filled up"
         );
+        takeover(&mut rep, w, &snaps, a.common.seed)?;
     }
     rep.finish()
+}
+
+/// What a restart costs with the worker's connections carried (`fp_lb::carry`): the stopping
+/// process exports its worker's entries, de-duplicates and writes them; the next start reads them
+/// and puts them into each worker's new tables. Each part timed once (one worker's tables; a
+/// start with W workers fills W tables one after the other).
+fn takeover(
+    rep: &mut Report,
+    mut w: LbStage,
+    snaps: &Arc<Published<Snapshot>>,
+    seed: u64,
+) -> Result<()> {
+    use fp_lb::carry::{self, Carried};
+    let path = std::env::temp_dir().join(format!("fp-bench-carry-{}", std::process::id()));
+    let now_ms = 2_000;
+    let t = Instant::now();
+    let mut c = Carried::default();
+    w.export(now_ms, &mut c);
+    c.dedup();
+    let export_ms = t.elapsed().as_secs_f64() * 1e3;
+    let n = c.len();
+    drop(w);
+    let t = Instant::now();
+    carry::write(&path, &c)?;
+    let write_ms = t.elapsed().as_secs_f64() * 1e3;
+    let bytes = std::fs::metadata(&path)?.len();
+    drop(c);
+    let t = Instant::now();
+    let c = carry::take(&path)?.context("the file just written")?;
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let mut fresh = LbStage::new(1, snaps.clone(), seed ^ 1)?;
+    let alloc_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let r = fresh.import(&c, now_ms, 0);
+    let import_ms = t.elapsed().as_secs_f64() * 1e3;
+    anyhow::ensure!(
+        r.carried as usize == n,
+        "{} of {n} entries carried: {r:?}",
+        r.carried
+    );
+    let stop = export_ms + write_ms;
+    let start = read_ms + import_ms;
+    rep.note(&format!(
+        "takeover of {n} entries: export + dedup {export_ms:.0} ms, write {write_ms:.0} ms \
+         ({bytes} bytes), read {read_ms:.0} ms, fill one worker's tables {import_ms:.0} ms \
+         (their allocation {alloc_ms:.0} ms, paid by any start)"
+    ));
+    rep.add(
+        Record::lower("takeover_ms", stop + start, "ms")
+            .param("entries", n)
+            .param("workers", 1)
+            .param("stop_ms", (stop * 10.0).round() / 10.0)
+            .param("start_ms", (start * 10.0).round() / 10.0)
+            .param("file_bytes", bytes),
+    )?;
+    Ok(())
 }
 
 /// The SYN-flood guard's cases (see the module doc): a worker whose table of `n` entries is full

@@ -378,6 +378,7 @@ fn start_hardened(lab: &Lab, notify: &Path, without: &[&str], driver: &str) -> R
         ])
         .env("NOTIFY_SOCKET", notify)
         .env("WATCHDOG_USEC", "400000")
+        .env("STATE_DIRECTORY", lab.config.with_file_name("state"))
         .spawn()?)
 }
 
@@ -541,6 +542,7 @@ fn prometheus_scrapes_the_balancer_and_the_dashboard_queries_its_series() -> Res
             "--admin",
             ADMIN,
         ])
+        .env("STATE_DIRECTORY", lab.config.with_file_name("state"))
         .spawn()?;
     fp.wait_log("flowplane: ready", Duration::from_secs(30))?;
     let pdir = lab.net.dir("prometheus")?;

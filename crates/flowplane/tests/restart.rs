@@ -1,7 +1,8 @@
 //! End-to-end test of restarting the live load balancer (`flowplane run --interface`, over
 //! AF_PACKET and over AF_XDP) with a configuration that gives no `balancer.seed`: the seed is
-//! kept in its state file, so a restart hashes every flow as before and established connections
-//! keep their backends.
+//! kept in its state file, the connection entries are carried to the next start, and second
+//! chance names earlier backends, so established connections keep their backends through
+//! restarts with and without a changed backend set.
 //!
 //! The lab is `live_lb.rs`'s (client, router, balancer, three nginx backends behind GRE; VIP
 //! 10.100.0.10:80). The configuration names `balancer.seed_file` in the lab's directory.
@@ -12,19 +13,23 @@
 //!    hexadecimal digits); `flowplane check` names the file and never prints the value.
 //! 2. 60 keep-alive connections are opened (one request each, the backend that answered noted).
 //! 3. SIGTERM, start again: the balancer reads the same seed (the file is unchanged, the log says
-//!    it was read) and every held connection answers its next request from the same backend.
-//! 4. The control: stop, remove the state file, start again (a new seed): at least a quarter of
-//!    the held connections are reset or answered by another backend — what every restart did
-//!    before the seed was kept.
-//! 5. Second chance across a restart that changes the backend set: 60 new connections on
-//!    backends 1-3; restart with backend 1's weight doubled and backend 4 added (an upgrade rolled
-//!    out with a configuration change). The successor has no connection entries and its Maglev
-//!    table moves about half of the flows, but it read its predecessor's backend sets from
-//!    `balancer.state_dir`: the moved flows' packets name their earlier backend, the new
-//!    backend's tc program finds no socket and forwards them there, and every held connection
-//!    answers from its backend. Both sides count it (`second_chance_sent` on the balancer,
-//!    "forwarded to the named backend" in `flowplane backend --status`).
-//! 6. The control: the same restart with `second_chance = false` on the VIP loses connections
+//!    it was read), starts warm with the 60 connection entries carried, and every held connection
+//!    answers its next request from the same backend.
+//! 4. The control: stop, remove the seed's file and the carried entries (as after a crash), start
+//!    again (a new seed): at least a quarter of the held connections are reset or answered by
+//!    another backend — what every restart did before the seed was kept.
+//! 5. A warm restart that changes the backend set: 60 new connections on backends 1-3; restart
+//!    with backend 1's weight doubled and backend 4 added (an upgrade rolled out with a
+//!    configuration change). The successor maps the carried entries onto its backends by address:
+//!    every held connection answers from its backend, without second chance.
+//! 6. Second chance across a cold restart that changes the backend set: 60 new connections; stop,
+//!    remove the carried entries, restart with backend 2's weight tripled. The successor has no
+//!    entries and its Maglev table moves a share of the flows, but it read its predecessor's
+//!    backend sets from `balancer.state_dir`: the moved flows' packets name their earlier
+//!    backends, the backends' tc programs find no socket and forward them there, and every held
+//!    connection answers from its backend. Both sides count it (`second_chance_total{event="sent"}`
+//!    on the balancer, "forwarded to the named backend" in `flowplane backend --status`).
+//! 7. The control: the same cold restart with `second_chance = false` on the VIP loses connections
 //!    (the number is printed).
 //!
 //! Needs root, nginx, curl and iproute2; fails saying so otherwise.
@@ -70,6 +75,8 @@ fn config_text(
 const THREE: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
 /// Backend 1's weight doubled and backend 4 added.
 const CHANGED: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
+/// Then backend 2's weight tripled.
+const CHANGED_AGAIN: &[(usize, u32)] = &[(1, 2), (2, 3), (3, 1), (4, 1)];
 
 /// Packets the backends' tc programs forwarded to a named backend (`flowplane backend --status`).
 fn backends_forwarded(lab: &Lab) -> Result<u64> {
@@ -167,12 +174,26 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         std::fs::read_to_string(&seed_file)? == seed,
         "the restart changed the seed"
     );
+    let log = fp.log();
+    let warm = log.lines().find(|l| l.contains("warm start:"));
+    ensure!(
+        warm.is_some(),
+        "the restarted balancer did not carry the connection entries"
+    );
+    println!("    {driver}: {}", warm.unwrap_or_default().trim());
+    let carried =
+        Metrics::scrape(&lab.lb)?.val("flowplane_takeover_entries", &[("result", "carried")])?;
+    ensure!(
+        carried >= HELD as f64,
+        "{carried} entries carried, {HELD} connections held"
+    );
     ask_held(&lab.client, VIP, &mut held, "after a restart")?;
-    step("restart: every held connection kept its backend", t0);
+    step("restart: warm, every held connection kept its backend", t0);
 
-    // 4. Control: a new seed moves most of them.
+    // 4. Control: a new seed (and no carried entries) moves most of them.
     stop_balancer(lab, &fp, t0)?;
     std::fs::remove_file(&seed_file)?;
+    std::fs::remove_file(dir.join("state/connections"))?;
     let fp = start_balancer(lab, driver, 3, balancer, t0)?;
     ensure!(fp.log().contains("hash seed drawn and kept in"));
     let kept = still_on_their_backend(lab, &mut held)?;
@@ -184,12 +205,38 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     );
     step("control: a new seed moved the connections", t0);
 
-    // 5. A restart that changes the backend set: second chance.
+    // 5. A warm restart that changes the backend set.
     let mut held = hold_connections(&lab.client, VIP, HELD)?;
     stop_balancer(lab, &fp, t0)?;
     lab.write_config(&config_text(&seed_file, CHANGED, true))?;
+    let fp = start_balancer(lab, driver, 4, balancer, t0)?;
+    ensure!(fp.log().contains("warm start:"), "no warm start");
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut held,
+        "after a warm restart that changed the backends",
+    )?;
+    let sent =
+        Metrics::scrape(&lab.lb)?.val("flowplane_second_chance_total", &[("event", "sent")])?;
+    ensure!(
+        sent == 0.0,
+        "{sent} second-chance packets: the carried entries should do"
+    );
+    step(
+        "warm restart with a changed backend set: every held connection kept its backend",
+        t0,
+    );
+
+    // 6. A cold restart that changes the backend set: second chance.
+    let state = dir.join("state/connections");
+    let mut held = hold_connections(&lab.client, VIP, HELD)?;
+    stop_balancer(lab, &fp, t0)?;
+    std::fs::remove_file(&state)?;
+    lab.write_config(&config_text(&seed_file, CHANGED_AGAIN, true))?;
     let forwarded_before = backends_forwarded(lab)?;
     let fp = start_balancer(lab, driver, 4, balancer, t0)?;
+    ensure!(fp.log().contains("cold start:"), "not a cold start");
     ensure!(
         fp.log().contains("1 VIP(s) give second chance"),
         "the successor did not take its predecessor's backend sets"
@@ -198,26 +245,27 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         &lab.client,
         VIP,
         &mut held,
-        "after a restart that changed the backends",
+        "after a cold restart that changed the backends",
     )?;
     let m = Metrics::scrape(&lab.lb)?;
     let sent = m.val("flowplane_second_chance_total", &[("event", "sent")])?;
     let forwarded = backends_forwarded(lab)? - forwarded_before;
     println!(
-        "    {driver}: changed backend set: {HELD} of {HELD} kept; {sent} packets named their \
-         earlier backend, the backends forwarded {forwarded}"
+        "    {driver}: cold restart, changed backend set: {HELD} of {HELD} kept; {sent} packets \
+         named their earlier backends, the backends forwarded {forwarded}"
     );
     ensure!(sent > 0.0 && forwarded > 0, "second chance was not used");
     step(
-        "restart with a changed backend set: every held connection kept its backend",
+        "cold restart with a changed backend set: every held connection kept its backend",
         t0,
     );
 
-    // 6. Control: the same change without second chance.
+    // 7. Control: the same without second chance.
     let mut held = hold_connections(&lab.client, VIP, HELD)?;
     stop_balancer(lab, &fp, t0)?;
-    lab.write_config(&config_text(&seed_file, THREE, false))?;
-    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    std::fs::remove_file(&state)?;
+    lab.write_config(&config_text(&seed_file, CHANGED, false))?;
+    let fp = start_balancer(lab, driver, 4, balancer, t0)?;
     let kept = still_on_their_backend(lab, &mut held)?;
     println!(
         "    {driver}: without second chance, {kept} of {HELD} held connections kept their backend"

@@ -394,6 +394,7 @@ impl Lab {
                 "1",
                 "--no-pin",
             ])
+            .env("STATE_DIRECTORY", slot.config.with_file_name("state"))
             .spawn()?;
         p.wait_log("flowplane: ready", Duration::from_secs(20))
             .with_context(|| format!("lb{i} did not become ready"))?;

@@ -68,6 +68,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod carry;
 pub mod check;
 pub mod cli;
 pub mod config;

@@ -148,6 +148,8 @@ pub struct MetricsView<'a> {
     pub health: &'a [BackendHealth],
     /// Maglev table changes.
     pub maglev: &'a MaglevChanges,
+    /// How this start went (warm or cold).
+    pub takeover: &'a crate::carry::Takeover,
 }
 
 /// Upper bounds of the batch-size histogram buckets (`+Inf` added).
@@ -283,6 +285,40 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
             outcome(key),
         );
     }
+    let tk = v.takeover;
+    o.family(
+        "flowplane_takeover",
+        Kind::Gauge,
+        "How this process started: 1 for warm (the previous run's connection entries carried into its tables) or cold (none: first start, a crash, another file layout).",
+    );
+    o.sample("flowplane_takeover", &[("kind", "warm")], tk.warm as u64);
+    o.sample("flowplane_takeover", &[("kind", "cold")], !tk.warm as u64);
+    o.family(
+        "flowplane_takeover_entries",
+        Kind::Gauge,
+        "The previous run's connection entries at this start: read from the state directory, carried into every worker's tables, dropped because their backend left the configuration, idled out meanwhile, or refused by a full table (summed over workers).",
+    );
+    for (result, n) in [
+        ("read", tk.read),
+        ("carried", tk.carried),
+        ("removed_backend", tk.removed_backend),
+        ("expired", tk.expired),
+        ("full", tk.full),
+    ] {
+        o.sample("flowplane_takeover_entries", &[("result", result)], n);
+    }
+    o.single(
+        "flowplane_takeover_gap_seconds",
+        Kind::Gauge,
+        "Time without forwarding at this start: from the previous run's workers stopping to this run's workers running (0 on a cold start).",
+        tk.gap_ms.unwrap_or(0) as f64 / 1000.0,
+    );
+    o.single(
+        "flowplane_takeover_load_seconds",
+        Kind::Gauge,
+        "Time this start spent putting the carried connection entries into the workers' tables.",
+        tk.load_ms as f64 / 1000.0,
+    );
     o.family(
         "flowplane_second_chance_total",
         Kind::Counter,
@@ -830,6 +866,8 @@ pub struct ControlState {
     pub neighbors: HashMap<IpAddr, MacAddr>,
     /// The BGP speaker's session and announcements, when there is one.
     pub bgp: Option<String>,
+    /// How this start went: warm (connection entries carried from the previous run) or cold.
+    pub takeover: crate::carry::Takeover,
 }
 
 /// What the balancer's admin endpoints read: the workers' counters, the published snapshot and
@@ -872,6 +910,7 @@ impl View for LbView {
                 reloads: c.reloads,
                 health: &c.health,
                 maglev: &c.maglev,
+                takeover: &c.takeover,
             },
             e,
         );
@@ -890,6 +929,22 @@ impl View for LbView {
             c.reloads.failed,
             self.snapshots.generation(),
         );
+        let t = &c.takeover;
+        let _ = match &t.cold_reason {
+            Some(why) => writeln!(s, "start: cold ({why})"),
+            None if !t.warm => writeln!(s, "start: not finished"),
+            None => writeln!(
+                s,
+                "start: warm, {} connection entries carried of {} read (backend removed {}, \
+                 idled out {}, table full {}); {} ms without forwarding",
+                t.carried,
+                t.read,
+                t.removed_backend,
+                t.expired,
+                t.full,
+                t.gap_ms.unwrap_or(0)
+            ),
+        };
         for v in &snap.vips {
             let _ = writeln!(
                 s,

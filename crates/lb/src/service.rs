@@ -21,6 +21,7 @@
 //!   with an error after withdrawing at once (no drain: nothing forwards); if flowplane itself is
 //!   killed, BIRD dies with it (parent-death signal) and the router drops the session.
 
+use crate::carry::{Carried, Takeover};
 use crate::config::LbConfig;
 use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
@@ -65,9 +66,30 @@ pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
         )),
     }
     restore_sets(&mut machine);
+    let carried = take_carried(&machine);
     fp_service::run(live, |events| {
-        LbService::new(machine, config.to_path_buf(), interface.to_string(), events)
+        let mut s = LbService::new(machine, config.to_path_buf(), interface.to_string(), events)?;
+        s.carried = carried;
+        Ok(s)
     })
+}
+
+/// The connection entries the previous run left (`crate::carry`), or why there are none.
+fn take_carried(machine: &Balancer) -> Result<Carried, String> {
+    let path = crate::carry::path_of(machine.config());
+    match crate::carry::take(&path) {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(format!(
+            "no connection entries of a previous run in {}",
+            path.display()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `CLOCK_MONOTONIC` in ms, as the workers' clock counts.
+fn monotonic_ms() -> u32 {
+    (fp_engine::sys::monotonic_ns() / 1_000_000) as u32
 }
 
 /// Second chance after a restart: the backend sets the previous run left in the state directory.
@@ -111,6 +133,13 @@ pub struct LbService {
     control: Arc<Mutex<ControlState>>,
     /// The backend sets last written to the state file (`crate::sets`).
     sets_written: Option<crate::sets::Saved>,
+    /// The previous run's connection entries, until every worker took them (or why there are
+    /// none: a cold start).
+    carried: Result<Carried, String>,
+    /// How this start went (warm or cold), for the log, metrics and status.
+    takeover: Takeover,
+    /// When the workers were set up (the load time is measured from it).
+    setup_at: Option<std::time::Instant>,
 }
 
 impl LbService {
@@ -143,9 +172,39 @@ impl LbService {
             stats: Vec::new(),
             control: Arc::new(Mutex::new(ControlState::default())),
             sets_written: None,
+            carried: Err("not read".into()),
+            takeover: Takeover::default(),
+            setup_at: None,
         };
         s.publish();
         Ok(s)
+    }
+
+    /// Write the workers' connection entries for the next start (`crate::carry`), now that they
+    /// stopped.
+    fn keep_connections(&mut self, stages: Vec<Finished<LbStage>>) {
+        let t0 = std::time::Instant::now();
+        let mut c = Carried {
+            stopped_ms: crate::carry::wall_ms(),
+            ..Carried::default()
+        };
+        let now = monotonic_ms();
+        let mut picked = 0;
+        for mut f in stages {
+            picked += f.stage.export(now, &mut c).picked;
+        }
+        c.dedup();
+        let path = crate::carry::path_of(self.machine.config());
+        match crate::carry::write(&path, &c) {
+            Ok(()) => log(format_args!(
+                "{} connection entries kept for the next start in {} ({} ms; {picked} entries of \
+                 flows picked up under second chance left to it)",
+                c.len(),
+                path.display(),
+                t0.elapsed().as_millis()
+            )),
+            Err(e) => log(format_args!("warning: connection entries not kept: {e}")),
+        }
     }
 
     /// Keep the backend sets for a successor, when they changed since last written.
@@ -176,6 +235,7 @@ impl LbService {
             maglev: m.maglev().clone(),
             neighbors: m.neighbors().clone(),
             bgp: self.speaker.status(),
+            takeover: self.takeover.clone(),
         };
         *self.control.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
@@ -246,6 +306,20 @@ impl Service for LbService {
             seed ^ setup.worker as u64,
         )?;
         w.set_tracer(Box::new(PacketTracer::new(probes)));
+        if let Ok(c) = &self.carried {
+            let t0 = *self.setup_at.get_or_insert_with(std::time::Instant::now);
+            let gap = crate::carry::wall_ms().saturating_sub(c.stopped_ms);
+            let r = w.import(c, monotonic_ms(), gap);
+            let t = &mut self.takeover;
+            t.warm = true;
+            t.read = c.len() as u64;
+            // Every worker takes the same entries: count them once, the full ones per worker.
+            t.carried = r.carried;
+            t.removed_backend = r.removed_backend;
+            t.expired = r.expired;
+            t.full += r.full;
+            t.load_ms = t0.elapsed().as_millis() as u64;
+        }
         self.stats.push(w.stats().clone());
         Ok(w)
     }
@@ -259,6 +333,29 @@ impl Service for LbService {
     }
 
     fn started(&mut self, cx: &mut Context<'_>) -> Result<()> {
+        match std::mem::replace(&mut self.carried, Err("taken".into())) {
+            Ok(c) => {
+                let t = &mut self.takeover;
+                t.gap_ms = Some(crate::carry::wall_ms().saturating_sub(c.stopped_ms));
+                log(format_args!(
+                    "warm start: {} connection entries of the previous run carried into each of \
+                     {} worker(s) in {} ms (of {} read: backend removed {}, idled out {}, table \
+                     full {}); {} ms without forwarding since the previous run's workers stopped",
+                    t.carried,
+                    self.stats.len(),
+                    t.load_ms,
+                    t.read,
+                    t.removed_backend,
+                    t.expired,
+                    t.full,
+                    t.gap_ms.unwrap_or(0)
+                ));
+            }
+            Err(why) => {
+                log(format_args!("cold start: {why}"));
+                self.takeover.cold_reason = Some(why);
+            }
+        }
         self.save_sets();
         self.refresh_neighbors(cx);
         // Announce only once the forwarder runs (and only VIPs with a healthy backend).
@@ -354,8 +451,9 @@ impl Service for LbService {
         self.speaker.stop();
     }
 
-    fn finished(&mut self, _stages: Vec<Finished<LbStage>>) {
+    fn finished(&mut self, stages: Vec<Finished<LbStage>>) {
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
         log(format_args!("drops: {}", totals.drops_line()));
+        self.keep_connections(stages);
     }
 }

@@ -1647,3 +1647,49 @@ fn a_picked_up_flow_keeps_naming_the_same_backend_through_later_changes() {
     }
     assert!(chains > 0, "some flows moved twice");
 }
+
+#[test]
+fn carried_entries_keep_connections_on_their_backends_in_a_changed_configuration() {
+    let flows: Vec<Endpoints> = (0..5_000).map(flow).collect();
+    let syns: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, true)).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let mut old = Harness::new(&FIVE[..3]);
+    old.send(&syns, 1_000_000_000);
+    let before: Vec<IpAddr> = old
+        .send(&acks, 2_000_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    let mut c = fp_lb::carry::Carried::default();
+    let out = old.worker.export(2_000, &mut c);
+    assert_eq!(out.entries, 5_000);
+    assert_eq!(c.len(), 5_000);
+    assert!(c.v4.iter().all(|(_, e)| !e.embryonic && e.idle_ms == 0));
+
+    // The next start: backend 10.0.1.3 removed, 10.0.1.4 added, another order.
+    let mut new = Harness::new(&["10.0.1.4", "10.0.1.2", "10.0.1.1"]);
+    let gone: IpAddr = "10.0.1.3".parse().unwrap();
+    let on_gone = before.iter().filter(|b| **b == gone).count() as u64;
+    let r = new.worker.import(&c, 5_000, 100);
+    assert_eq!(r.removed_backend, on_gone);
+    assert_eq!(r.carried, 5_000 - on_gone);
+    assert_eq!((r.expired, r.full), (0, 0));
+    let after: Vec<IpAddr> = new
+        .send(&acks, 5_000_000_000)
+        .iter()
+        .map(|f| backend_of(f))
+        .collect();
+    for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+        if *a != gone {
+            assert_eq!(a, b, "flow {i} moved although its backend stayed");
+        }
+    }
+    let t = new.totals();
+    assert_eq!(t.get(Outcome::ConnHit), 5_000 - on_gone);
+    assert_eq!(t.get(Outcome::SecondChanceSent), 0);
+
+    // Entries idle for longer than the idle timeout (10 s here) by the time they are read go.
+    let mut late = Harness::new(&FIVE[..3]);
+    let r = late.worker.import(&c, 5_000, 10_001);
+    assert_eq!((r.carried, r.expired), (0, 5_000));
+}

@@ -627,6 +627,15 @@ pub fn none_failed(failures: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The lab's state directory (seed, backend sets, carried connections), so that no balancer of
+/// a test reads what another test's left in the machine's default one.
+pub fn state_dir(lab: &Lab) -> PathBuf {
+    lab.config
+        .parent()
+        .expect("the configuration is in the lab's directory")
+        .join("state")
+}
+
 pub fn step(name: &str, t0: Instant) {
     println!("[{:>6.2}s] {name}", t0.elapsed().as_secs_f64());
 }
@@ -695,6 +704,7 @@ pub fn start_balancer(
             "--admin",
             ADMIN,
         ])
+        .env("STATE_DIRECTORY", state_dir(lab))
         .spawn()?;
     *balancer = Some(fp.clone());
     fp.wait_log("flowplane: ready", Duration::from_secs(30))?;

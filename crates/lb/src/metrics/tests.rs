@@ -431,6 +431,7 @@ fn render_is_valid_and_complete() {
         reloads: ReloadCounts { ok: 3, failed: 1 },
         health: &health,
         maglev: &changes,
+        takeover: &Default::default(),
     };
     let mut e = Exposition::new();
     render(&view, &mut e);

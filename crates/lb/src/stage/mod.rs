@@ -59,11 +59,13 @@
 //! * `emit.rs`: the `Emitter`, which encapsulates and queues packets, answers or fragments those
 //!   too big for the path MTU, and redirects fragments;
 //! * `guard.rs`: the SYN-flood guard ([`GuardMode`], [`PRESSURE`]);
-//! * `sweep.rs`: step 4, housekeeping: the expiry sweeps paced by the clock, and the gauges.
+//! * `sweep.rs`: step 4, housekeeping: the expiry sweeps paced by the clock, and the gauges;
+//! * `carry.rs`: the connection entries out of and into the tables across a restart.
 
 use crate::frag::{FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
+pub use carry::{Exported, Imported};
 use classify::classify;
 use decide::{decide, Decide};
 use emit::{icmp_limit, Emitter};
@@ -78,6 +80,7 @@ pub use guard::{GuardMode, PRESSURE, PRESSURE_SEARCH_NODES};
 use lookup::lookup;
 use std::sync::Arc;
 
+mod carry;
 mod classify;
 mod conn;
 mod decide;
