@@ -1274,10 +1274,21 @@ impl Fleet {
     }
 }
 
-/// SIGTERM balancer `i` and wait until it drained, withdrew and exited.
-fn stop_lb(lab: &mut Lab, i: usize, remaining: &[usize]) -> Result<()> {
+/// Packets balancer `i` sent naming earlier backends (second chance), since it started.
+fn second_chance_sent(lab: &Lab, i: usize) -> f64 {
+    lab.metrics(i)
+        .ok()
+        .and_then(|m| m.value("flowplane_second_chance_total", &[("event", "sent")]))
+        .unwrap_or(0.0)
+}
+
+/// SIGTERM balancer `i` and wait until it drained, withdrew and exited; adds the second-chance
+/// packets it sent to `sent`.
+fn stop_lb(lab: &mut Lab, i: usize, remaining: &[usize], sent: &mut f64) -> Result<()> {
     let p = lab.proc(i)?.clone();
     sigterm(&p)?;
+    // Read at the start of the drain: the balancer still answers, and sends nothing new.
+    *sent += second_chance_sent(lab, i);
     lab.wait_route(remaining, WITHDRAWN_WITHIN)?;
     let status = p.wait(Duration::from_millis(DRAIN_MS) + Duration::from_secs(10))?;
     ensure!(status.success(), "lb{i} exited with {status}:\n{}", p.log());
@@ -1349,19 +1360,24 @@ fn backends_forwarded(lab: &Lab) -> Result<u64> {
 /// The end of each step of a run (since the run's start), by name.
 type Marks = Vec<(String, Duration)>;
 
-/// One run of the changes (each a step the fleet rides through); returns the fleet's fates, the
-/// time step (d) started and the steps' ends (since `t0`).
-fn run_changes(
-    lab: &mut Lab,
-    driver: &str,
-    second_chance: bool,
-    t0: Instant,
-) -> Result<(Vec<Fate>, Duration, Marks)> {
+/// What one run of the changes saw.
+struct Run {
+    fates: Vec<Fate>,
+    /// When step (d) started (since the run's start).
+    t_d: Duration,
+    marks: Marks,
+    /// Packets the balancers sent naming earlier backends, over all their processes.
+    sent: f64,
+}
+
+/// One run of the changes (each a step the fleet rides through).
+fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) -> Result<Run> {
     let s0: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
     let s1: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
     let s2: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1), (5, 1)];
     let s3: &[(usize, u32)] = &[(1, 2), (3, 1), (4, 1), (5, 1)];
     let mut marks = Vec::new();
+    let mut sent = 0.0;
     let mut mark = |what: &str| {
         println!("[{:>6.2}s] {driver}: {what}", t0.elapsed().as_secs_f64());
         marks.push((what.to_string(), t0.elapsed()));
@@ -1376,7 +1392,7 @@ fn run_changes(
     mark("fleet running");
 
     // (a) A restart of one balancer with the default configuration.
-    stop_lb(lab, 1, &[2])?;
+    stop_lb(lab, 1, &[2], &mut sent)?;
     lab.start_lb_as(1, driver, BIN)?;
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     std::thread::sleep(Duration::from_secs(2));
@@ -1388,7 +1404,7 @@ fn run_changes(
     std::fs::copy(BIN, &upgraded)?;
     let upgraded = upgraded.to_string_lossy().into_owned();
     for (i, other) in [(1, 2), (2, 1)] {
-        stop_lb(lab, i, &[other])?;
+        stop_lb(lab, i, &[other], &mut sent)?;
         write_change_config(lab, i, s1, second_chance)?;
         lab.start_lb_as(i, driver, &upgraded)?;
         lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
@@ -1402,6 +1418,7 @@ fn run_changes(
     write_change_config(lab, 2, s2, second_chance)?;
     let lb2 = lab.proc(2)?.clone();
     sigterm(&lb2)?;
+    sent += second_chance_sent(lab, 2);
     reload_lb(lab, 1)?;
     lab.wait_route(&[1], WITHDRAWN_WITHIN)?;
     let status = lb2.wait(Duration::from_millis(DRAIN_MS) + Duration::from_secs(10))?;
@@ -1418,13 +1435,19 @@ fn run_changes(
     write_change_config(lab, 1, s3, second_chance)?;
     write_change_config(lab, 2, s3, second_chance)?;
     reload_lb(lab, 2)?;
-    stop_lb(lab, 1, &[2])?;
+    stop_lb(lab, 1, &[2], &mut sent)?;
     lab.start_lb_as(1, driver, &upgraded)?;
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     std::thread::sleep(Duration::from_secs(3));
     mark("(d) lb1 restarted without backend 2");
     let fates = fleet.finish()?;
-    Ok((fates, t_d, marks))
+    sent += second_chance_sent(lab, 1) + second_chance_sent(lab, 2);
+    Ok(Run {
+        fates,
+        t_d,
+        marks,
+        sent,
+    })
 }
 
 /// Broken connections per step: a connection broken before the first mark is counted under it.
@@ -1463,16 +1486,12 @@ fn changes_keep_connections(driver: &str) -> Result<()> {
     let removed = body_of(2);
     let t0 = Instant::now();
     let fwd0 = backends_forwarded(&lab)?;
-    let (fates, t_d, marks) = run_changes(&mut lab, driver, true, t0)?;
-    let sent: f64 = [1, 2]
-        .iter()
-        .map(|&i| {
-            lab.metrics(i)
-                .ok()
-                .and_then(|m| m.value("flowplane_second_chance_total", &[("event", "sent")]))
-                .unwrap_or(0.0)
-        })
-        .sum();
+    let Run {
+        fates,
+        t_d,
+        marks,
+        sent,
+    } = run_changes(&mut lab, driver, true, t0)?;
     let forwarded = backends_forwarded(&lab)? - fwd0;
     stop_all(&mut lab);
     let requests: u64 = fates.iter().map(|f| f.requests).sum();
@@ -1522,7 +1541,9 @@ fn changes_keep_connections(driver: &str) -> Result<()> {
 
     // Control: the same run with second chance off.
     let t0 = Instant::now();
-    let (fates, t_d, marks) = run_changes(&mut lab, driver, false, t0)?;
+    let Run {
+        fates, t_d, marks, ..
+    } = run_changes(&mut lab, driver, false, t0)?;
     stop_all(&mut lab);
     let lost = fates
         .iter()
