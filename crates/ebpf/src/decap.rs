@@ -22,8 +22,8 @@
 //! ```
 //!
 //! **Second chance.** An outer IPv4 header whose options are flowplane's second-chance option
-//! (IHL 7 to 10; the layout in fp-wire's `second_chance` module) names backends the flow may live
-//! on. Before stripping, the program looks for a socket of the inner flow; a SYN, a flow with a
+//! (IHL 7 to 10), or an outer IPv6 header followed by a Destination Options header holding it
+//! (the layouts in fp-wire's `second_chance` module), names backends the flow may live on. Before stripping, the program looks for a socket of the inner flow; a SYN, a flow with a
 //! socket, or a used-up option is stripped as above; anything else is sent on to the next named
 //! backend (the `second_chance` function's diagram), counted as [`counter::SECOND_CHANCE_FORWARDED`].
 //!
@@ -55,6 +55,8 @@ mod sc {
     pub const VERSION: u8 = 1;
     /// Most backends one option names.
     pub const MAX_NAMED: i32 = 4;
+    /// IPv6 destination option type.
+    pub const IPV6_OPTION: u8 = 0x1E;
 }
 
 /// Which tunnels to strip.
@@ -124,9 +126,9 @@ pub const TC_PRIO: u16 = 0xf10;
 /// Handle of the tc filter.
 pub const TC_HANDLE: u32 = 0xf10;
 
-/// Longest outer header the program strips: Ethernet 14 + IPv6 40 + GRE with key and sequence
-/// 12 (what it pulls into the linear area when needed is Ethernet + IPv6 + 4).
-const PULL_LEN: i32 = 14 + 40 + 4;
+/// What the program pulls into the linear area when the headers are not there: Ethernet 14 +
+/// IPv6 40 + the longest second-chance options header 72 + the GRE base header 4.
+const PULL_LEN: i32 = 14 + 40 + 72 + 4;
 
 const ETH_IPV4_LE: i32 = 0x0008;
 const ETH_IPV6_LE: i32 = 0xDD86;
@@ -163,12 +165,19 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     let sc_udp = a.label();
     let sc_local = a.label();
     let sc_forward = a.label();
+    let v6_sc = a.label();
     let tunnels = cfg.gre || cfg.ipip;
 
     a.mov64(R6, R1);
     a.mov64(R9, 0);
     a.store_imm(Size::W, R10, stack::VERDICT, helper::tc::OK);
     a.store_imm(Size::W, R10, stack::MARKED, 0);
+    a.store_imm(Size::W, R10, stack::OUTER_V6, 0);
+    // The names are read on paths the verifier cannot tell apart from the others: initialized.
+    a.store_imm(Size::W, R10, stack::NAMED, 0);
+    for w in 0..4 {
+        a.store_imm(Size::W, R10, stack::NAMED6 + 4 * w, 0);
+    }
     a.load(Size::W, R2, R6, 4); // skb->pkt_type
     a.jmp(Cond::Ne, R2, 0, pass); // PACKET_HOST only
 
@@ -244,6 +253,57 @@ pub fn program(cfg: DecapConfig, stats: i32) -> std::result::Result<Vec<Insn>, A
     a.jmp(Cond::Gt, R2, R8, need_pull);
     a.load(Size::B, R4, R7, 20);
     a.mov64(R5, 40);
+    if tunnels {
+        a.jmp(Cond::Eq, R4, 60, v6_sc); // a Destination Options header: second chance?
+    }
+
+    if tunnels {
+        a.ja(tunnel);
+        // The second-chance destination option: remember the next backend it names; a used-up
+        // option is decapsulated with its header like any tunnel packet.
+        a.bind(v6_sc);
+        a.store_imm(Size::W, R10, stack::MARKED, 0);
+        a.mov64(R2, R7);
+        a.add64(R2, 14 + 40 + 8);
+        a.jmp(Cond::Gt, R2, R8, need_pull);
+        a.load(Size::B, R3, R7, 56);
+        a.jmp(Cond::Ne, R3, sc::IPV6_OPTION as i32, pass);
+        a.load(Size::B, R3, R7, 55); // header length in 8-byte units beyond the first: 2n
+        a.jmp(Cond::Eq, R3, 0, pass);
+        a.jmp(Cond::Gt, R3, 2 * sc::MAX_NAMED, pass);
+        a.mov64(R4, R3);
+        a.and64(R4, 1);
+        a.jmp(Cond::Ne, R4, 0, pass);
+        a.mov64(R5, R3);
+        a.add64(R5, 1);
+        a.lsh64(R5, 3);
+        a.add64(R5, 40); // outer header length: 40 + 8 + 16n
+        a.load(Size::B, R4, R7, 57); // option length: 2 + 16n
+        a.lsh64(R3, 3);
+        a.add64(R3, 2);
+        a.jmp(Cond::Ne, R4, R3, pass);
+        a.load(Size::B, R3, R7, 58);
+        a.jmp(Cond::Ne, R3, sc::VERSION as i32, pass);
+        a.load(Size::B, R4, R7, 54); // the tunnel protocol
+        a.load(Size::B, R3, R7, 59); // next
+        a.mov64(R2, R5);
+        a.sub64(R2, 48);
+        a.rsh64(R2, 4); // names
+        a.jmp(Cond::Ge, R3, R2, tunnel); // used up
+        a.jmp(Cond::Ge, R3, sc::MAX_NAMED, pass);
+        a.lsh64(R3, 4);
+        a.mov64(R2, R7);
+        a.add64(R2, R3);
+        a.mov64(R3, R2);
+        a.add64(R3, 76);
+        a.jmp(Cond::Gt, R3, R8, pass);
+        for w in 0..4 {
+            a.load(Size::W, R3, R2, 60 + 4 * w);
+            a.store(Size::W, R10, stack::NAMED6 + 4 * w, R3);
+        }
+        a.store_imm(Size::W, R10, stack::MARKED, 1);
+        a.store_imm(Size::W, R10, stack::OUTER_V6, 1);
+    }
 
     a.bind(tunnel);
     if cfg.ipip {
@@ -387,41 +447,54 @@ mod stack {
     /// The strip length and inner ethertype, kept across the socket lookup.
     pub const STRIP: i16 = -24;
     pub const ETHERTYPE: i16 = -32;
-    /// The socket-lookup tuple (IPv4: source, destination, ports; 12 bytes).
-    pub const TUPLE: i16 = -48;
+    /// 1 when the outer header is IPv6.
+    pub const OUTER_V6: i16 = -36;
+    /// The IPv6 address a second-chance option names next (16 bytes).
+    pub const NAMED6: i16 = -56;
+    /// The socket-lookup tuple, `struct bpf_sock_tuple`: IPv4 source, destination, ports (12
+    /// bytes) or IPv6 ones (36 bytes).
+    pub const TUPLE: i16 = -96;
 }
 
-/// The second-chance decision for a packet whose outer IPv4 header names another backend, entered
+/// The second-chance decision for a packet whose outer header names other backends, entered
 /// with r7 = bytes to strip and r8 = inner ethertype (see [`fp_wire::second_chance`]):
 ///
 /// ```text
-///  inner not IPv4 with IHL 5, a fragment, or not TCP/UDP → local
+///  inner IPv4 with options, a fragment, inner IPv6 with an extension header, not TCP/UDP
+///                                                       → local
 ///  TCP SYN                                              → local (a new connection is ours)
 ///  TCP: bpf_skc_lookup_tcp on the inner tuple finds an established, request or time-wait
 ///       socket (anything but a listener)                → local
 ///  UDP: bpf_sk_lookup_udp finds a socket                → local
 ///  otherwise → forward: the outer destination rewritten to the option's next backend, the
-///       option's `next` advanced, the checksum updated (bpf_l3_csum_replace), then
-///       bpf_redirect_neigh out of the interface it came in on (the route and the neighbour
-///       table give the next hop)
+///       option's `next` advanced (an IPv4 header's checksum updated with bpf_l3_csum_replace),
+///       then bpf_redirect_neigh out of the interface it came in on (the route and the
+///       neighbour table give the next hop)
 ///  local → stripped like any tunnel packet
 /// ```
 ///
-/// The forwarded packet keeps the balancer's outer source address and TTL. The next backend
-/// does the same with the rest of the list; once `next` reaches the end, the option is used up
-/// and the packet is decapsulated like any other (delivered, or answered with a reset), so a
-/// packet is forwarded at most as many times as the option names backends.
+/// The forwarded packet keeps the balancer's outer source address and TTL / hop limit. The next
+/// backend does the same with the rest of the list; once `next` reaches the end, the option is
+/// used up and the packet is decapsulated like any other (delivered, or answered with a reset),
+/// so a packet is forwarded at most as many times as the option names backends.
 fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     let [sc, sc_udp, sc_local, sc_forward, do_strip, error, out] = labels;
+    let inner6 = a.label();
+    let have_tuple = a.label();
+    let tcp6 = a.label();
+    let lookup_tcp = a.label();
+    let call_udp = a.label();
+    let fwd6 = a.label();
+    let redirect = a.label();
     a.bind(sc);
     a.store(Size::DW, R10, stack::STRIP, R7);
     a.store(Size::DW, R10, stack::ETHERTYPE, R8);
-    a.jmp(Cond::Ne, R8, ETH_P_IP, sc_local);
     a.load(Size::W, R2, R6, 76); // skb->data
     a.load(Size::W, R3, R6, 80); // skb->data_end
     a.mov64(R1, R2);
     a.add64(R1, 14);
-    a.add64(R1, R7); // r1 = inner IPv4 header
+    a.add64(R1, R7); // r1 = inner IP header
+    a.jmp(Cond::Eq, R8, ETH_P_IPV6, inner6);
     a.mov64(R4, R1);
     a.add64(R4, 34); // IPv4 20 + TCP up to its flags byte (UDP needs 8)
     a.jmp(Cond::Gt, R4, R3, sc_local);
@@ -431,18 +504,36 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.and64(R4, 0xFF3F);
     a.jmp(Cond::Ne, R4, 0, sc_local);
     a.load(Size::B, R5, R1, 9);
-    a.load(Size::W, R4, R1, 12);
-    a.store(Size::W, R10, stack::TUPLE, R4);
-    a.load(Size::W, R4, R1, 16);
-    a.store(Size::W, R10, stack::TUPLE + 4, R4);
-    a.load(Size::W, R4, R1, 20);
-    a.store(Size::W, R10, stack::TUPLE + 8, R4);
+    for (from, to) in [(12, 0), (16, 4), (20, 8)] {
+        a.load(Size::W, R4, R1, from);
+        a.store(Size::W, R10, stack::TUPLE + to, R4);
+    }
+    a.load(Size::B, R4, R1, 33); // TCP flags
+    a.ja(have_tuple);
+
+    a.bind(inner6);
+    a.mov64(R4, R1);
+    a.add64(R4, 54); // IPv6 40 + TCP up to its flags byte
+    a.jmp(Cond::Gt, R4, R3, sc_local);
+    a.load(Size::B, R5, R1, 6);
+    for w in 0..9 {
+        a.load(Size::W, R4, R1, 8 + 4 * w);
+        a.store(Size::W, R10, stack::TUPLE + 4 * w, R4);
+    }
+    a.load(Size::B, R4, R1, 53); // TCP flags
+
+    a.bind(have_tuple);
     a.jmp(Cond::Eq, R5, 17, sc_udp);
     a.jmp(Cond::Ne, R5, 6, sc_local);
-    a.load(Size::B, R4, R1, 33);
     a.and64(R4, 0x02); // SYN
     a.jmp(Cond::Ne, R4, 0, sc_local);
-    lookup_args(a);
+    a.load(Size::DW, R1, R10, stack::ETHERTYPE);
+    a.jmp(Cond::Eq, R1, ETH_P_IPV6, tcp6);
+    lookup_args(a, 12);
+    a.ja(lookup_tcp);
+    a.bind(tcp6);
+    lookup_args(a, 36);
+    a.bind(lookup_tcp);
     a.call(helper::SKC_LOOKUP_TCP);
     a.jmp(Cond::Eq, R0, 0, sc_forward);
     a.load(Size::W, R7, R0, 72); // bpf_sock.state
@@ -452,7 +543,14 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.ja(sc_local);
 
     a.bind(sc_udp);
-    lookup_args(a);
+    let udp6 = a.label();
+    a.load(Size::DW, R1, R10, stack::ETHERTYPE);
+    a.jmp(Cond::Eq, R1, ETH_P_IPV6, udp6);
+    lookup_args(a, 12);
+    a.ja(call_udp);
+    a.bind(udp6);
+    lookup_args(a, 36);
+    a.bind(call_udp);
     a.call(helper::SK_LOOKUP_UDP);
     a.jmp(Cond::Eq, R0, 0, sc_forward);
     a.mov64(R1, R0);
@@ -465,8 +563,10 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.ja(do_strip);
 
     a.bind(sc_forward);
-    // The checksum first (the helper may move the packet's data: pointers are read again after
-    // it), for the new destination and the advanced `next`, then the fields themselves.
+    a.load(Size::W, R1, R10, stack::OUTER_V6);
+    a.jmp(Cond::Eq, R1, 1, fwd6);
+    // IPv4: the checksum first (the helper may move the packet's data: pointers are read again
+    // after it), for the new destination and the advanced `next`, then the fields themselves.
     a.load(Size::W, R2, R6, 76);
     a.load(Size::W, R3, R6, 80);
     a.mov64(R4, R2);
@@ -502,6 +602,24 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.load(Size::B, R4, R2, 37);
     a.add64(R4, 1);
     a.store(Size::B, R2, 37, R4); // next
+    a.ja(redirect);
+
+    // IPv6: no header checksum.
+    a.bind(fwd6);
+    a.load(Size::W, R2, R6, 76);
+    a.load(Size::W, R3, R6, 80);
+    a.mov64(R4, R2);
+    a.add64(R4, 60);
+    a.jmp(Cond::Gt, R4, R3, error);
+    for w in 0..4 {
+        a.load(Size::W, R4, R10, stack::NAMED6 + 4 * w);
+        a.store(Size::W, R2, 38 + 4 * w, R4); // destination
+    }
+    a.load(Size::B, R4, R2, 59);
+    a.add64(R4, 1);
+    a.store(Size::B, R2, 59, R4); // next
+
+    a.bind(redirect);
     a.load(Size::W, R1, R6, 40); // skb->ifindex
     a.mov64(R2, 0);
     a.mov64(R3, 0);
@@ -512,12 +630,13 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.ja(out);
 }
 
-/// r1..r5 for a socket lookup of the IPv4 tuple on the stack, in the packet's network namespace.
-fn lookup_args(a: &mut Asm) {
+/// r1..r5 for a socket lookup of the tuple on the stack (`size` bytes: 12 for IPv4, 36 for
+/// IPv6), in the packet's network namespace.
+fn lookup_args(a: &mut Asm, size: i32) {
     a.mov64(R1, R6);
     a.mov64(R2, R10);
     a.add64(R2, stack::TUPLE as i32);
-    a.mov64(R3, 12);
+    a.mov64(R3, size);
     a.mov64(R4, -1); // BPF_F_CURRENT_NETNS
     a.mov64(R5, 0);
 }
@@ -646,6 +765,7 @@ mod tests {
     fn second_chance_layout_matches_the_wire_crate() {
         use fp_wire::second_chance as w;
         assert_eq!(sc::IPV4_OPTION, w::IPV4_OPTION);
+        assert_eq!(sc::IPV6_OPTION, w::IPV6_OPTION);
         assert_eq!(sc::VERSION, w::VERSION);
         assert_eq!(sc::MAX_NAMED as usize, w::MAX_NAMED);
     }

@@ -46,7 +46,7 @@
 //! // The real programs are built the same way, around their maps' file descriptors.
 //! let xdp = fp_ebpf::xsk::program(3, 4, 5).unwrap();
 //! let tc = fp_ebpf::decap::program(fp_ebpf::decap::DecapConfig::ALL, 3).unwrap();
-//! assert!(xdp.len() < 100 && tc.len() < 128);
+//! assert!(xdp.len() < 100 && tc.len() < 512);
 //! ```
 #![deny(unsafe_code)]
 

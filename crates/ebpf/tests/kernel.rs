@@ -793,7 +793,8 @@ fn decap_leaves_other_packets_alone() {
 }
 
 /// A tunnel frame (outer IPv4, GRE or IPIP, destination MAC zero) carrying `inner` (an Ethernet
-/// frame) with a second-chance option naming `named`.
+/// frame) with a second-chance option naming `named`; the outer header is IPv6 when the names
+/// are.
 fn marked_frame(inner: &[u8], tunnel: Tunnel, named: &[IpAddr]) -> Vec<u8> {
     let ip = &inner[14..];
     let mut buf = vec![0u8; 256 + ip.len()];
@@ -804,10 +805,18 @@ fn marked_frame(inner: &[u8], tunnel: Tunnel, named: &[IpAddr]) -> Vec<u8> {
             dst: MacAddr::ZERO,
             vlan: None,
         },
-        ip: OuterIp::V4 {
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.0.2".parse().unwrap(),
-            ttl: 64,
+        ip: if named[0].is_ipv6() {
+            OuterIp::V6 {
+                src: "fd00::1".parse().unwrap(),
+                dst: "fd00::2".parse().unwrap(),
+                hop_limit: 64,
+            }
+        } else {
+            OuterIp::V4 {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                ttl: 64,
+            }
         },
         tunnel,
     };
@@ -829,8 +838,14 @@ fn inner_seen(outer: &[u8], inner: &[u8]) -> Vec<u8> {
 /// header checksum valid.
 fn forwarded(f: &[u8]) -> Vec<u8> {
     let named = fp_wire::second_chance::find(&f[14..]).unwrap();
-    let IpAddr::V4(to) = named.next().unwrap() else {
-        panic!("an IPv4 name")
+    let to = match named.next().unwrap() {
+        IpAddr::V4(to) => to,
+        IpAddr::V6(to) => {
+            let mut want = f.to_vec();
+            want[38..54].copy_from_slice(&to.octets());
+            want[59] += 1;
+            return want;
+        }
     };
     let mut want = f.to_vec();
     want[30..34].copy_from_slice(&to.octets());
@@ -927,6 +942,44 @@ fn decap_second_chance_delivers_or_forwards() {
     let mut f = marked_frame(&craft::tcp(&e, false), Tunnel::GRE, &one);
     f[34] = 0x94; // router alert
     assert_eq!(p.test_run(&f).unwrap(), (0, f.clone()));
+    drop(c);
+}
+
+#[test]
+fn decap_second_chance_over_ipv6() {
+    need_root();
+    let d = TcDecap::load(DecapConfig::ALL).unwrap();
+    let p = d.program();
+    let l = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let c = std::net::TcpStream::connect(("::1", port)).unwrap();
+    let cport = c.local_addr().unwrap().port();
+    let (_server, _) = l.accept().unwrap();
+    let two: Vec<IpAddr> = ["fd00::3", "fd00::4"].iter().map(|a| a.parse().unwrap()).collect();
+    for t in [Tunnel::GRE, Tunnel::Ipip] {
+        // Inner IPv6: the established connection is delivered here, a stray ACK goes on.
+        let est = craft::tcp(&Endpoints::new("::1", cport, "::1", port), false);
+        let f = marked_frame(&est, t, &two);
+        assert_eq!(p.test_run(&f).unwrap(), (0, inner_seen(&f, &est)), "{t:?}");
+        let stray = craft::tcp(&Endpoints::new("2001:db8::7", 40000, "::1", port), false);
+        let mut f = marked_frame(&stray, t, &two);
+        for hop in 0..2 {
+            let (ret, out) = p.test_run(&f).unwrap();
+            assert_eq!(ret, 7, "hop {hop}, {t:?}");
+            assert_eq!(out, forwarded(&f), "hop {hop}, {t:?}");
+            f = out;
+        }
+        let (ret, out) = p.test_run(&f).unwrap();
+        assert_eq!((ret, out), (0, inner_seen(&f, &stray)), "used up, {t:?}");
+        // Inner IPv4 in an IPv6 outer header.
+        let v4 = craft::tcp(&Endpoints::new("192.0.2.1", 40000, "127.0.0.1", 9), false);
+        let f = marked_frame(&v4, t, &two);
+        assert_eq!(p.test_run(&f).unwrap(), (7, forwarded(&f)), "{t:?}");
+    }
+    let s = d.stats().unwrap();
+    assert_eq!(s.second_chance_local, 2);
+    assert_eq!(s.second_chance_forwarded, 6);
+    assert_eq!(s.gre + s.ipip, 2, "used-up options");
     drop(c);
 }
 

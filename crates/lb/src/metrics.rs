@@ -322,7 +322,7 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
     o.family(
         "flowplane_second_chance_total",
         Kind::Counter,
-        "Second chance: picked (flows picked up mid-way, no SYN seen, whose VIP's earlier backend set chose another backend), sent (packets naming that backend in the tunnel header), unsent (packets that could not carry the option: IPv6 outer header, a backend of the other family).",
+        "Second chance: picked (flows picked up mid-way, no SYN seen, whose VIP's earlier backend set chose another backend), sent (packets naming that backend in the tunnel header), unsent (packets that could not carry the option: no headroom).",
     );
     for (event, key) in [
         ("picked", "second_chance_picked"),

@@ -113,8 +113,8 @@ outcomes! {
     SecondChancePicked => "second_chance_picked",
     /// Packets sent naming the earlier set's backend in the outer header (second chance).
     SecondChanceSent => "second_chance_sent",
-    /// Packets that should have named an earlier backend but went without the option (IPv6
-    /// outer header, a backend of the other family, no headroom).
+    /// Packets that should have named earlier backends but went without the option (no
+    /// headroom in the buffer).
     SecondChanceUnsent => "second_chance_unsent",
 }
 

@@ -1693,3 +1693,25 @@ fn carried_entries_keep_connections_on_their_backends_in_a_changed_configuration
     let r = late.worker.import(&c, 5_000, 10_001);
     assert_eq!((r.carried, r.expired), (0, 5_000));
 }
+
+#[test]
+fn second_chance_over_ipv6_tunnels() {
+    let six = ["fd00:1::1", "fd00:1::2", "fd00:1::3", "fd00:1::4"];
+    let flows: Vec<Endpoints> = (0..5_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let before = plain_choices(&six[..3], &acks);
+    let mut h = Harness::new(&six[..3]);
+    h.reconfigure(&six);
+    let out = h.send(&acks, 0);
+    let mut named = 0;
+    for (i, f) in out.iter().enumerate() {
+        if let Some(n) = named_of(f) {
+            assert_eq!(n, before[i]);
+            named += 1;
+        }
+    }
+    assert!(named > 500, "{named} named");
+    let t = h.totals();
+    assert_eq!(t.get(Outcome::SecondChanceSent), named);
+    assert_eq!(t.get(Outcome::SecondChanceUnsent), 0);
+}

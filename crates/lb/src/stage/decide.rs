@@ -45,7 +45,9 @@ impl Chain {
 }
 
 /// What the earlier sets `sets` (oldest first) chose for flow hash `h`, newest first, without
-/// `backend` and without repeats (at most [`MAX_NAMED`]); `None` when they all agree with it.
+/// `backend`, without repeats and without backends of the other address family than `backend`
+/// (the tunnel's outer header can name only its own; at most [`MAX_NAMED`]); `None` when none is
+/// left.
 #[inline]
 fn chain(
     sets: &[crate::snapshot::Earlier],
@@ -60,7 +62,8 @@ fn chain(
     };
     for e in sets.iter().rev() {
         let Some(a) = e.choice(h) else { continue };
-        if Some(a) == current || c.addrs().contains(&a) {
+        let other_family = current.is_some_and(|b| b.is_ipv6() != a.is_ipv6());
+        if Some(a) == current || other_family || c.addrs().contains(&a) {
             continue;
         }
         c.addrs[c.n as usize] = a;

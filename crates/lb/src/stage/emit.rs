@@ -58,9 +58,8 @@ impl Emitter<'_> {
     }
 
     /// [`packet`](Self::packet), naming `second` in the outer header when given (second chance,
-    /// `fp_wire::second_chance`): the option costs 4 + 4n bytes of the path MTU; a packet whose outer
-    /// header cannot carry it (IPv6, whose backend program does not read it yet, or a backend of
-    /// the other family) goes without, counted.
+    /// `fp_wire::second_chance`): the option costs 4 + 4n bytes of the path MTU over IPv4, 8 + 16n
+    /// over IPv6; a packet the option does not fit (no headroom) goes without, counted.
     #[inline]
     pub(super) fn send(
         &mut self,
@@ -77,9 +76,9 @@ impl Emitter<'_> {
             self.drop(p, Outcome::NoBackend);
             return;
         };
-        let v4_outer = matches!(pre.encap.ip, fp_wire::encap::OuterIp::V4 { .. });
+        let v6_outer = matches!(pre.encap.ip, fp_wire::encap::OuterIp::V6 { .. });
         let second = match second {
-            Some(c) if v4_outer && c.addrs().iter().all(|a| a.is_ipv4()) => Some(c),
+            Some(c) if c.addrs().iter().all(|a| a.is_ipv6() == v6_outer) => Some(c),
             Some(_) => {
                 stats.count(Outcome::SecondChanceUnsent, 1);
                 None
@@ -89,7 +88,7 @@ impl Emitter<'_> {
         let max_inner = match &second {
             Some(c) => pre
                 .max_inner
-                .saturating_sub(fp_wire::second_chance::overhead(false, c.addrs().len()) as u16),
+                .saturating_sub(fp_wire::second_chance::overhead(v6_outer, c.addrs().len()) as u16),
             None => pre.max_inner,
         };
         let inner_len = (l3.1 - l3.0) as u64;
