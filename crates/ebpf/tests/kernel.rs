@@ -955,7 +955,10 @@ fn decap_second_chance_over_ipv6() {
     let c = std::net::TcpStream::connect(("::1", port)).unwrap();
     let cport = c.local_addr().unwrap().port();
     let (_server, _) = l.accept().unwrap();
-    let two: Vec<IpAddr> = ["fd00::3", "fd00::4"].iter().map(|a| a.parse().unwrap()).collect();
+    let two: Vec<IpAddr> = ["fd00::3", "fd00::4"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
     for t in [Tunnel::GRE, Tunnel::Ipip] {
         // Inner IPv6: the established connection is delivered here, a stray ACK goes on.
         let est = craft::tcp(&Endpoints::new("::1", cport, "::1", port), false);

@@ -58,6 +58,11 @@
 //!    balancer grew.
 //! 5. No TCP checksum errors on the backends; no ICMPv6 destination unreachable sent by the
 //!    balancer's kernel; no backend changed health; SIGTERM: exit 0, XDP program detached.
+//! 6. Second chance over IPv6 tunnels: 30 keep-alive connections to fd00:100::10 (IPv6 in GRE in
+//!    IPv6) and 30 to 10.100.0.20 (IPv4 in GRE in IPv6); the balancer stops, its carried
+//!    connection entries are removed (as after a crash), and it starts with backend 1's weight
+//!    tripled in `web6`: every held connection answers from its backend, the moved flows' packets
+//!    having named their earlier backends in an IPv6 destination option.
 //!
 //! Every VIP is exercised even if another one fails; each driver prints one line per VIP (what
 //! answered, where 30 connections went, the frames seen at b1, wrk's requests and failures) and
@@ -170,6 +175,11 @@ const CASES: [Case; 6] = [
 ];
 
 fn config_text() -> String {
+    config_with_weight(1)
+}
+
+/// The configuration with backend 1's weight in `web6` set to `w1`.
+fn config_with_weight(w1: u32) -> String {
     let mut s = format!(
         "[balancer]\naddress = \"{LB}\"\naddress6 = \"{LB6}\"\nseed = 0x5eed\n\
          maglev_size = 65537\nconn_table_capacity = 65536\nconn_idle_timeout_ms = 120000\n\n"
@@ -189,7 +199,10 @@ fn config_text() -> String {
         ("web4", backend_addr),
     ] {
         let backends = (1..=3)
-            .map(|i| format!("{{ address = \"{}\" }}", addr(i)))
+            .map(|i| {
+                let w = if pool == "web6" && i == 1 { w1 } else { 1 };
+                format!("{{ address = \"{}\", weight = {w} }}", addr(i))
+            })
             .collect::<Vec<_>>()
             .join(", ");
         s += &format!(
@@ -619,7 +632,35 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         failed.len(),
         failed.join("\n  ")
     );
-    Ok(())
+    second_chance_over_ipv6(lab, driver, balancer, t0)
+}
+
+/// 6.: held connections through a cold restart that changes `web6`'s weights.
+fn second_chance_over_ipv6(
+    lab: &Lab,
+    driver: &str,
+    balancer: &mut Option<Proc>,
+    t0: Instant,
+) -> Result<()> {
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    let mut held6 = hold_connections(&lab.client, "[fd00:100::10]", 30)?;
+    let mut held4 = hold_connections(&lab.client, "10.100.0.20", 30)?;
+    stop_balancer(lab, &fp, t0)?;
+    std::fs::remove_file(state_dir(lab).join("connections"))?;
+    lab.write_config(&config_with_weight(3))?;
+    let fp = start_balancer(lab, driver, 3, balancer, t0)?;
+    ask_held(&lab.client, "[fd00:100::10]", &mut held6, "IPv6 in IPv6")?;
+    ask_held(&lab.client, "10.100.0.20", &mut held4, "IPv4 in IPv6")?;
+    let m = Metrics::scrape(&lab.lb)?;
+    let sent = m.val("flowplane_second_chance_total", &[("event", "sent")])?;
+    println!("    {driver}: 60 of 60 held connections kept over IPv6 tunnels; {sent} packets named earlier backends");
+    ensure!(sent > 0.0, "second chance was not used");
+    step(
+        "second chance over IPv6 tunnels: every held connection kept its backend",
+        t0,
+    );
+    lab.write_config(&config_text())?;
+    stop_balancer(lab, &fp, t0)
 }
 
 #[test]
