@@ -45,7 +45,7 @@
 //! 1. The balancer starts with the IPv6 configuration and learns every backend's MAC for both of
 //!    its addresses (the IPv6 ones from the kernel's IPv6 neighbour table), all health checks
 //!    passing.
-//! 2. For each VIP: curl (`-6` or `-4` after the VIP's family) gets a backend's page; 30 new
+//! 2. For each VIP: curl (`-6` or `-4` after the VIP's family) gets a backend's page; 60 new
 //!    connections (Rust sockets, one request each) all succeed and reach all three backends.
 //! 3. A capture at b1's `eth0` (before its tc decapsulation) of the frames the balancer sent there
 //!    while 2 ran: for each VIP at least one frame carries a packet to the VIP, and every such
@@ -88,7 +88,7 @@ const HC_RISE: u64 = 2;
 const HC_FALL: u64 = 2;
 
 /// New connections per VIP.
-const NEW: usize = 30;
+const NEW: usize = 60;
 
 /// One VIP of the test and how it reaches the backends.
 struct Case {
