@@ -567,11 +567,7 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.jmp(Cond::Eq, R1, 1, fwd6);
     // IPv4: the checksum first (the helper may move the packet's data: pointers are read again
     // after it), for the new destination and the advanced `next`, then the fields themselves.
-    a.load(Size::W, R2, R6, 76);
-    a.load(Size::W, R3, R6, 80);
-    a.mov64(R4, R2);
-    a.add64(R4, 38);
-    a.jmp(Cond::Gt, R4, R3, error);
+    packet_bytes(a, 38, error);
     a.load(Size::W, R3, R2, 30); // old destination
     a.load(Size::W, R4, R10, stack::NAMED);
     a.mov64(R1, R6);
@@ -579,11 +575,7 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.mov64(R5, 4);
     a.call(helper::L3_CSUM_REPLACE);
     a.jmp(Cond::Ne, R0, 0, error);
-    a.load(Size::W, R2, R6, 76);
-    a.load(Size::W, R3, R6, 80);
-    a.mov64(R4, R2);
-    a.add64(R4, 38);
-    a.jmp(Cond::Gt, R4, R3, error);
+    packet_bytes(a, 38, error);
     a.load(Size::H, R3, R2, 36); // version and next (next in the high byte of the load)
     a.mov64(R4, R3);
     a.add64(R4, 0x100);
@@ -592,11 +584,7 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.mov64(R5, 2);
     a.call(helper::L3_CSUM_REPLACE);
     a.jmp(Cond::Ne, R0, 0, error);
-    a.load(Size::W, R2, R6, 76);
-    a.load(Size::W, R3, R6, 80);
-    a.mov64(R4, R2);
-    a.add64(R4, 38);
-    a.jmp(Cond::Gt, R4, R3, error);
+    packet_bytes(a, 38, error);
     a.load(Size::W, R4, R10, stack::NAMED);
     a.store(Size::W, R2, 30, R4); // destination
     a.load(Size::B, R4, R2, 37);
@@ -606,11 +594,7 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
 
     // IPv6: no header checksum.
     a.bind(fwd6);
-    a.load(Size::W, R2, R6, 76);
-    a.load(Size::W, R3, R6, 80);
-    a.mov64(R4, R2);
-    a.add64(R4, 60);
-    a.jmp(Cond::Gt, R4, R3, error);
+    packet_bytes(a, 60, error);
     for w in 0..4 {
         a.load(Size::W, R4, R10, stack::NAMED6 + 4 * w);
         a.store(Size::W, R2, 38 + 4 * w, R4); // destination
@@ -628,6 +612,15 @@ fn second_chance(a: &mut Asm, labels: [crate::asm::Label; 7]) {
     a.store(Size::W, R10, stack::VERDICT, R0);
     a.mov64(R9, counter::SECOND_CHANCE_FORWARDED as i32);
     a.ja(out);
+}
+
+/// r2 = `skb->data`, r3 = `skb->data_end`, and a jump to `fail` unless `len` bytes are there.
+fn packet_bytes(a: &mut Asm, len: i32, fail: crate::asm::Label) {
+    a.load(Size::W, R2, R6, 76);
+    a.load(Size::W, R3, R6, 80);
+    a.mov64(R4, R2);
+    a.add64(R4, len);
+    a.jmp(Cond::Gt, R4, R3, fail);
 }
 
 /// r1..r5 for a socket lookup of the tuple on the stack (`size` bytes: 12 for IPv4, 36 for

@@ -87,6 +87,30 @@ pub fn insert(
     }
 }
 
+/// Move the Ethernet and fixed IP headers (`hdr` bytes from `start`) `len` bytes toward the
+/// buffer's start, once the checks pass: the frame fits the buffer, there is headroom, and the
+/// IP length field at `len_at` (from the IP header) stays below 64 KiB once `len` bytes longer.
+/// Returns the new start.
+fn make_room(
+    buf: &mut [u8],
+    (start, end): (usize, usize),
+    l2: usize,
+    hdr: usize,
+    len: usize,
+    len_at: usize,
+) -> Result<usize> {
+    if end > buf.len() || start + hdr > end {
+        return Err(Error::BufferTooSmall);
+    }
+    let new = start.checked_sub(len).ok_or(Error::NoHeadroom)?;
+    let at = start + l2 + len_at;
+    if u16::from_be_bytes([buf[at], buf[at + 1]]) as usize + len > 0xFFFF {
+        return Err(Error::PacketTooBig);
+    }
+    buf.copy_within(start..start + hdr, new);
+    Ok(new)
+}
+
 fn insert_v4(
     buf: &mut [u8],
     start: usize,
@@ -96,19 +120,12 @@ fn insert_v4(
 ) -> Result<usize> {
     let hdr = l2 + ipv4::HEADER_LEN;
     let len = overhead(false, named.len());
-    if end > buf.len() || start + hdr > end {
-        return Err(Error::BufferTooSmall);
-    }
-    if buf[start + l2] != 0x45 {
+    if end <= buf.len() && start + hdr <= end && buf[start + l2] != 0x45 {
         return Err(Error::Ipv4BadIhl);
     }
-    let new = start.checked_sub(len).ok_or(Error::NoHeadroom)?;
-    let total = u16::from_be_bytes([buf[start + l2 + 2], buf[start + l2 + 3]]) as usize + len;
-    if total > 0xFFFF {
-        return Err(Error::PacketTooBig);
-    }
-    buf.copy_within(start..start + hdr, new);
+    let new = make_room(buf, (start, end), l2, hdr, len, 2)?;
     let h = &mut buf[new + l2..new + hdr + len];
+    let total = u16::from_be_bytes([h[2], h[3]]) as usize + len;
     h[0] = 0x40 | ((ipv4::HEADER_LEN + len) / 4) as u8;
     h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
     h[10..12].fill(0);
@@ -136,16 +153,9 @@ fn insert_v6(
 ) -> Result<usize> {
     let hdr = l2 + ipv6::HEADER_LEN;
     let len = overhead(true, named.len());
-    if end > buf.len() || start + hdr > end {
-        return Err(Error::BufferTooSmall);
-    }
-    let new = start.checked_sub(len).ok_or(Error::NoHeadroom)?;
-    let payload = u16::from_be_bytes([buf[start + l2 + 4], buf[start + l2 + 5]]) as usize + len;
-    if payload > 0xFFFF {
-        return Err(Error::PacketTooBig);
-    }
-    buf.copy_within(start..start + hdr, new);
+    let new = make_room(buf, (start, end), l2, hdr, len, 4)?;
     let h = &mut buf[new + l2..new + hdr + len];
+    let payload = u16::from_be_bytes([h[4], h[5]]) as usize + len;
     let next = h[6];
     h[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
     h[6] = DEST_OPTS;
