@@ -657,6 +657,21 @@ fn tunnel_frame(inner_v6: bool, outer_v6: bool, tunnel: Tunnel) -> (Vec<u8>, Vec
     };
     let inner = craft::tcp(&e, true);
     let ip = &inner[14..];
+    let (buf, start) = encapsulated(ip, outer_v6, tunnel);
+    let frame = buf[start..].to_vec();
+    let mut want = frame[..12].to_vec();
+    want.extend_from_slice(if inner_v6 {
+        &[0x86, 0xdd]
+    } else {
+        &[0x08, 0x00]
+    });
+    want.extend_from_slice(ip);
+    (frame, want)
+}
+
+/// The IP packet `ip` encapsulated toward a test backend (destination MAC zero), in a buffer
+/// with headroom to spare: the buffer and where the frame starts.
+fn encapsulated(ip: &[u8], outer_v6: bool, tunnel: Tunnel) -> (Vec<u8>, usize) {
     let mut buf = vec![0u8; 256 + ip.len()];
     buf[256..].copy_from_slice(ip);
     let enc = Encap {
@@ -682,15 +697,7 @@ fn tunnel_frame(inner_v6: bool, outer_v6: bool, tunnel: Tunnel) -> (Vec<u8>, Vec
     };
     let end = buf.len();
     let start = enc.encapsulate(&mut buf, 256..end, 0x1234, 9).unwrap();
-    let frame = buf[start..].to_vec();
-    let mut want = frame[..12].to_vec();
-    want.extend_from_slice(if inner_v6 {
-        &[0x86, 0xdd]
-    } else {
-        &[0x08, 0x00]
-    });
-    want.extend_from_slice(ip);
-    (frame, want)
+    (buf, start)
 }
 
 fn gre(key: Option<u32>, sequence: Option<u32>, checksum: bool, recursion: u8) -> Tunnel {
@@ -796,32 +803,8 @@ fn decap_leaves_other_packets_alone() {
 /// frame) with a second-chance option naming `named`; the outer header is IPv6 when the names
 /// are.
 fn marked_frame(inner: &[u8], tunnel: Tunnel, named: &[IpAddr]) -> Vec<u8> {
-    let ip = &inner[14..];
-    let mut buf = vec![0u8; 256 + ip.len()];
-    buf[256..].copy_from_slice(ip);
-    let enc = Encap {
-        l2: OuterL2 {
-            src: SRC_MAC,
-            dst: MacAddr::ZERO,
-            vlan: None,
-        },
-        ip: if named[0].is_ipv6() {
-            OuterIp::V6 {
-                src: "fd00::1".parse().unwrap(),
-                dst: "fd00::2".parse().unwrap(),
-                hop_limit: 64,
-            }
-        } else {
-            OuterIp::V4 {
-                src: "10.0.0.1".parse().unwrap(),
-                dst: "10.0.0.2".parse().unwrap(),
-                ttl: 64,
-            }
-        },
-        tunnel,
-    };
+    let (mut buf, start) = encapsulated(&inner[14..], named[0].is_ipv6(), tunnel);
     let end = buf.len();
-    let start = enc.encapsulate(&mut buf, 256..end, 0x1234, 9).unwrap();
     let start = fp_wire::second_chance::insert(&mut buf, start, end, 14, named).unwrap();
     buf[start..].to_vec()
 }
