@@ -81,6 +81,19 @@ def t_lb(runs):
             "the table's own search visits up to 4096)."
         )
     text += cache_table(r, "conns", "connection table")
+    takeovers = sorted(r.find("takeover_ms"), key=lambda x: x["params"]["entries"])
+    if takeovers:
+        parts = [
+            f"{t['params']['entries'] / 1e6:.2f} million entries: {num(t['params']['stop_ms'])} ms at "
+            f"the stop, {num(t['params']['start_ms'])} ms per worker at the start "
+            f"({t['params']['file_bytes'] / 1e6:.0f} MB)"
+            for t in takeovers
+        ]
+        text += (
+            "\n\nA restart that carries the connections (the entries the worker tracked at the end, "
+            "written to the state directory by the stopping process and put into a new worker's tables "
+            "by the next): " + "; ".join(parts) + "."
+        )
     return text + "\n\n" + source(r)
 
 
