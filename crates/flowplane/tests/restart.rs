@@ -86,25 +86,7 @@ fn backends_forwarded(lab: &Lab) -> Result<u64> {
             .net
             .dir(&format!("backend-b{}", b.i))?
             .join("state.json");
-        let out =
-            b.ns.cmd([
-                BIN,
-                "backend",
-                "--status",
-                "--state",
-                &state.to_string_lossy(),
-            ])
-            .run()?
-            .stdout;
-        let line = out
-            .lines()
-            .find(|l| l.contains("forwarded to the named backend"))
-            .with_context(|| format!("no second-chance counters in {out}"))?;
-        n += line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .with_context(|| format!("no count in {line:?}"))?;
+        n += second_chance_forwarded(&b.ns, &state)?;
     }
     Ok(n)
 }

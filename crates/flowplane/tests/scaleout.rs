@@ -59,6 +59,8 @@
 //! saying so otherwise. `cargo test -p flowplane --test scaleout -- --nocapture` prints every
 //! measured figure (docs/deployment.md quotes them).
 
+mod common;
+
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use fp_testnet::{Netns, Nginx, NginxConfig, Proc, TestNet, WrkOptions, WrkReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -1337,22 +1339,7 @@ fn backends_forwarded(lab: &Lab) -> Result<u64> {
             ._net
             .dir(&format!("backend-b{}", k + 1))?
             .join("state.json");
-        let out = ns
-            .cmd([
-                BIN,
-                "backend",
-                "--status",
-                "--state",
-                &state.to_string_lossy(),
-            ])
-            .run()?
-            .stdout;
-        n += out
-            .lines()
-            .find(|l| l.contains("forwarded to the named backend"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .with_context(|| format!("b{}: no second-chance counters in {out}", k + 1))?;
+        n += common::second_chance_forwarded(ns, &state)?;
     }
     Ok(n)
 }

@@ -127,9 +127,7 @@ pub enum CarryError {
 
 /// The file `cfg` carries its connection entries in.
 pub fn path_of(cfg: &LbConfig) -> PathBuf {
-    let dir = cfg.balancer.state_dir.clone();
-    dir.unwrap_or_else(crate::seed::state_directory)
-        .join("connections")
+    crate::seed::state_dir_of(cfg).join("connections")
 }
 
 /// Wall-clock ms since the Unix epoch.

@@ -54,6 +54,15 @@ pub fn state_directory() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/lib/flowplane"))
 }
 
+/// Where `cfg` keeps what outlives a process: `balancer.state_dir`, else the service's state
+/// directory.
+pub fn state_dir_of(cfg: &LbConfig) -> PathBuf {
+    cfg.balancer
+        .state_dir
+        .clone()
+        .unwrap_or_else(state_directory)
+}
+
 /// The default state file when the configuration names neither `balancer.seed_file` nor
 /// `balancer.state_dir`: `seed` in the service's state directory.
 pub fn default_path() -> PathBuf {
@@ -84,12 +93,12 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn path_of(cfg: &LbConfig) -> Option<PathBuf> {
     match cfg.balancer.seed_origin {
         SeedOrigin::Configured => None,
-        SeedOrigin::StateFile | SeedOrigin::Random => {
-            Some(cfg.balancer.seed_file.clone().unwrap_or_else(|| {
-                let dir = cfg.balancer.state_dir.clone();
-                dir.unwrap_or_else(state_directory).join("seed")
-            }))
-        }
+        SeedOrigin::StateFile | SeedOrigin::Random => Some(
+            cfg.balancer
+                .seed_file
+                .clone()
+                .unwrap_or_else(|| state_dir_of(cfg).join("seed")),
+        ),
     }
 }
 

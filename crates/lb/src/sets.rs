@@ -66,9 +66,7 @@ pub enum SetsError {
 
 /// The file `cfg` keeps its backend sets in.
 pub fn path_of(cfg: &LbConfig) -> PathBuf {
-    let dir = cfg.balancer.state_dir.clone();
-    dir.unwrap_or_else(crate::seed::state_directory)
-        .join("backends.json")
+    crate::seed::state_dir_of(cfg).join("backends.json")
 }
 
 /// The seed's fingerprint.

@@ -627,6 +627,29 @@ pub fn none_failed(failures: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Second-chance packets the tc program of the backend in `ns` forwarded to a named backend, from
+/// `flowplane backend --status` (the backend's state file is `state`).
+pub fn second_chance_forwarded(ns: &Netns, state: &std::path::Path) -> Result<u64> {
+    let out = ns
+        .cmd([
+            BIN,
+            "backend",
+            "--status",
+            "--state",
+            &state.to_string_lossy(),
+        ])
+        .run()?
+        .stdout;
+    let line = out
+        .lines()
+        .find(|l| l.contains("forwarded to the named backend"))
+        .with_context(|| format!("no second-chance counters in {out}"))?;
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .with_context(|| format!("no count in {line:?}"))
+}
+
 /// The lab's state directory (seed, backend sets, carried connections), so that no balancer of
 /// a test reads what another test's left in the machine's default one.
 pub fn state_dir(lab: &Lab) -> PathBuf {
