@@ -56,6 +56,10 @@ outcomes! {
     ConnMiss => "conn_miss",
     /// Hits whose backend had gone down or left the VIP: re-selected by Maglev.
     ConnReselect => "conn_reselect",
+    /// Hits by a SYN on a confirmed entry whose backend still serves: a new connection on the
+    /// ports of a recorded one keeps its backend (counted in `ConnHit` too, not as a new
+    /// connection of the backend).
+    SynReused => "conn_syn_reused",
     /// Connections assigned a backend and recorded: new entries, and entries whose backend
     /// changed (re-selections).
     ConnInsert => "conn_insert",

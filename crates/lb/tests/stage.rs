@@ -670,6 +670,15 @@ fn a_draining_backend_keeps_its_connections_and_gets_no_new_ones() {
     );
     let reselected = h.totals().get(Outcome::ConnReselect);
     assert_eq!(reselected, 1);
+    assert_eq!(h.totals().get(Outcome::SynReused), 0);
+    // One that reuses the ports of a connection a serving backend has keeps that backend, and is
+    // counted as such rather than as a new connection.
+    let kept = before.iter().position(|b| *b != drained).unwrap() as u32;
+    let inserts = h.totals().get(Outcome::ConnInsert);
+    let again = h.send(&[craft::tcp(&flow(kept), true)], 3_600_000);
+    assert_eq!(backend_of(&again[0]), before[kept as usize]);
+    assert_eq!(h.totals().get(Outcome::SynReused), 1);
+    assert_eq!(h.totals().get(Outcome::ConnInsert), inserts);
     // Health-down still removes it at once: its connections move.
     h.set_health("10.0.1.3", false);
     let down: Vec<IpAddr> = h

@@ -112,6 +112,9 @@ pub(super) fn decide(
                 && !(syn && !is_embryonic(v) && vs.drains(entry_backend(v))) =>
         {
             stats.count(Outcome::ConnHit, 1);
+            if syn && !is_embryonic(v) {
+                stats.count(Outcome::SynReused, 1);
+            }
             // A later packet of the flow confirms an embryonic entry; the last-seen time is
             // rewritten at most every TOUCH_MS.
             let confirm = is_embryonic(v) && !syn;
