@@ -11,7 +11,7 @@ fail() { echo "test-package.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "needs root (it installs the package)"
 
 packaging/build-deb.sh
-deb=$(ls -t target/debian/flowplane_*.deb | head -n1)
+deb=$(realpath "$(ls -t target/debian/flowplane_*.deb | head -n1)")
 echo "test-package.sh: built $deb"
 
 was_installed=no
@@ -23,7 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "./$deb" >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$deb" >/dev/null
 dpkg -s flowplane | grep -q '^Status: install ok installed' || fail "not installed"
 
 for f in /usr/bin/flowplane /usr/lib/systemd/system/flowplane.service /etc/default/flowplane \
@@ -49,6 +49,51 @@ verify=$(systemd-analyze verify /usr/lib/systemd/system/flowplane.service 2>&1 |
 if echo "$verify" | grep -q 'flowplane.service'; then
   fail "systemd-analyze verify: $verify"
 fi
+
+# An upgrade (the same package again: dpkg runs postinst "configure <old version>") leaves the
+# configuration and the state directory alone; with no running service it restarts nothing.
+mkdir -p /var/lib/flowplane
+echo kept > /var/lib/flowplane/upgrade-probe
+out=$(DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" 2>&1) || fail "upgrade: $out"
+echo "$out" | grep -q "restarting" && fail "upgrade restarted a balancer that was not running: $out"
+[ "$(cat /var/lib/flowplane/upgrade-probe)" = kept ] || fail "upgrade touched /var/lib/flowplane"
+rm -f /var/lib/flowplane/upgrade-probe
+
+# The upgrade of a running balancer, with systemctl and deb-systemd-invoke stood in for by
+# scripts that record what they are asked: a valid configuration restarts it (try-restart), one
+# the new binary refuses leaves it running and says why.
+fake=$(mktemp -d)
+cat > "$fake/systemctl" <<'SH'
+#!/bin/sh
+echo "systemctl $*" >> "$FAKE_LOG"
+exit 0
+SH
+cat > "$fake/deb-systemd-invoke" <<'SH'
+#!/bin/sh
+echo "deb-systemd-invoke $*" >> "$FAKE_LOG"
+exit 0
+SH
+chmod 755 "$fake/systemctl" "$fake/deb-systemd-invoke"
+postinst=/var/lib/dpkg/info/flowplane.postinst
+[ -x "$postinst" ] || fail "$postinst missing"
+export FAKE_LOG="$fake/log"
+version=$(dpkg-query -W -f='${Version}' flowplane)
+PATH="$fake:$PATH" "$postinst" configure "$version" >"$fake/out" 2>&1 \
+  || fail "postinst (upgrade, service running): $(cat "$fake/out")"
+grep -q "^deb-systemd-invoke try-restart flowplane.service" "$FAKE_LOG" \
+  || fail "postinst did not restart the running balancer: $(cat "$FAKE_LOG" "$fake/out")"
+: > "$FAKE_LOG"
+cp /etc/default/flowplane "$fake/default"
+printf '[balancer]\nbogus = 1\n' > "$fake/bad.toml"
+echo "FLOWPLANE_CONFIG=$fake/bad.toml" >> /etc/default/flowplane
+PATH="$fake:$PATH" "$postinst" configure "$version" >"$fake/out" 2>&1 \
+  || { cp "$fake/default" /etc/default/flowplane; fail "postinst (bad configuration): $(cat "$fake/out")"; }
+cp "$fake/default" /etc/default/flowplane
+grep -q "deb-systemd-invoke" "$FAKE_LOG" \
+  && fail "postinst restarted onto a configuration the binary refuses: $(cat "$FAKE_LOG")"
+grep -q "bogus" "$fake/out" || fail "postinst did not say why it left the balancer running: $(cat "$fake/out")"
+rm -rf "$fake"
+echo "test-package.sh: upgrade path ok"
 
 if [ "$was_installed" = no ]; then
   DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq flowplane >/dev/null

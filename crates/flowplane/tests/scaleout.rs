@@ -1355,10 +1355,34 @@ struct Run {
     marks: Marks,
     /// Packets the balancers sent naming earlier backends, over all their processes.
     sent: f64,
+    /// How many of the balancers running at the end started warm (their predecessor's
+    /// connection entries carried).
+    warm: usize,
 }
 
-/// One run of the changes (each a step the fleet rides through).
-fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) -> Result<Run> {
+/// Start balancer `i` from the binary `bin`; with the handover off, without the connection
+/// entries its predecessor left in the state directory (a cold start, as after a crash).
+fn start_lb(lab: &mut Lab, i: usize, driver: &str, bin: &str, handover: bool) -> Result<()> {
+    if !handover {
+        let dir = lab.lb(i).config.parent().context("config directory")?;
+        match std::fs::remove_file(dir.join("state").join("connections")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    lab.start_lb_as(i, driver, bin)
+}
+
+/// One run of the changes (each a step the fleet rides through), with second chance and the
+/// handover of connection entries on or off.
+fn run_changes(
+    lab: &mut Lab,
+    driver: &str,
+    second_chance: bool,
+    handover: bool,
+    t0: Instant,
+) -> Result<Run> {
     let s0: &[(usize, u32)] = &[(1, 1), (2, 1), (3, 1)];
     let s1: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1)];
     let s2: &[(usize, u32)] = &[(1, 2), (2, 1), (3, 1), (4, 1), (5, 1)];
@@ -1371,7 +1395,7 @@ fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) ->
     };
     for i in [1, 2] {
         write_change_config(lab, i, s0, second_chance)?;
-        lab.start_lb_as(i, driver, BIN)?;
+        start_lb(lab, i, driver, BIN, handover)?;
     }
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     let fleet = start_fleet(&lab.client, t0)?;
@@ -1380,7 +1404,7 @@ fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) ->
 
     // (a) A restart of one balancer with the default configuration.
     stop_lb(lab, 1, &[2], &mut sent)?;
-    lab.start_lb_as(1, driver, BIN)?;
+    start_lb(lab, 1, driver, BIN, handover)?;
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     std::thread::sleep(Duration::from_secs(2));
     mark("(a) lb1 restarted");
@@ -1393,7 +1417,7 @@ fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) ->
     for (i, other) in [(1, 2), (2, 1)] {
         stop_lb(lab, i, &[other], &mut sent)?;
         write_change_config(lab, i, s1, second_chance)?;
-        lab.start_lb_as(i, driver, &upgraded)?;
+        start_lb(lab, i, driver, &upgraded, handover)?;
         lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -1412,7 +1436,7 @@ fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) ->
     ensure!(status.success(), "lb2 exited with {status}");
     lab.lbs[1].proc = None;
     std::thread::sleep(Duration::from_secs(2));
-    lab.start_lb_as(2, driver, &upgraded)?;
+    start_lb(lab, 2, driver, &upgraded, handover)?;
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     std::thread::sleep(Duration::from_secs(2));
     mark("(c) backend 5 added while lb2 left (and came back)");
@@ -1423,17 +1447,27 @@ fn run_changes(lab: &mut Lab, driver: &str, second_chance: bool, t0: Instant) ->
     write_change_config(lab, 2, s3, second_chance)?;
     reload_lb(lab, 2)?;
     stop_lb(lab, 1, &[2], &mut sent)?;
-    lab.start_lb_as(1, driver, &upgraded)?;
+    start_lb(lab, 1, driver, &upgraded, handover)?;
     lab.wait_route(&[1, 2], ANNOUNCED_WITHIN)?;
     std::thread::sleep(Duration::from_secs(3));
     mark("(d) lb1 restarted without backend 2");
     let fates = fleet.finish()?;
     sent += second_chance_sent(lab, 1) + second_chance_sent(lab, 2);
+    let mut warm = 0;
+    for i in [1, 2] {
+        let log = lab.proc(i).map(|p| tail(&p.log(), 30)).unwrap_or_default();
+        let kind = lab
+            .metrics(i)
+            .with_context(|| format!("lb{i} at the end of the run:\n{log}"))?
+            .value("flowplane_takeover", &[("kind", "warm")]);
+        warm += (kind == Some(1.0)) as usize;
+    }
     Ok(Run {
         fates,
         t_d,
         marks,
         sent,
+        warm,
     })
 }
 
@@ -1478,7 +1512,8 @@ fn changes_keep_connections(driver: &str) -> Result<()> {
         t_d,
         marks,
         sent,
-    } = run_changes(&mut lab, driver, true, t0)?;
+        warm,
+    } = run_changes(&mut lab, driver, true, true, t0)?;
     let forwarded = backends_forwarded(&lab)? - fwd0;
     stop_all(&mut lab);
     let requests: u64 = fates.iter().map(|f| f.requests).sum();
@@ -1526,30 +1561,61 @@ fn changes_keep_connections(driver: &str) -> Result<()> {
     );
     ensure!(sent > 0.0 && forwarded > 0, "second chance was never used");
 
-    // Control: the same run with second chance off.
-    let t0 = Instant::now();
-    let Run {
-        fates, t_d, marks, ..
-    } = run_changes(&mut lab, driver, false, t0)?;
-    stop_all(&mut lab);
-    let lost = fates
-        .iter()
-        .filter(|f| {
-            f.broken
-                .as_ref()
-                .is_some_and(|(t, _)| *t < t_d || f.backend.as_deref() != Some(removed.as_str()))
-        })
-        .count();
-    println!(
-        "{driver}, second chance off (control): {lost} of {} connections broke outside the \
-         removed backend; by step {:?}",
-        fates.len(),
-        broken_by_step(&fates, &marks)
-    );
     ensure!(
-        lost > 0,
-        "without second chance no connection broke: the control shows nothing"
+        warm == 2,
+        "only {warm} of 2 balancers started warm after their last restart"
     );
+
+    // Controls: the same run with second chance off, and with the handover of connection
+    // entries off (every start cold).
+    for (second_chance, handover) in [(false, true), (true, false)] {
+        let what = if second_chance {
+            "handover off"
+        } else {
+            "second chance off"
+        };
+        let t0 = Instant::now();
+        let control = run_changes(&mut lab, driver, second_chance, handover, t0)?;
+        stop_all(&mut lab);
+        let lost = control
+            .fates
+            .iter()
+            .filter(|f| {
+                f.broken.as_ref().is_some_and(|(t, _)| {
+                    *t < control.t_d || f.backend.as_deref() != Some(removed.as_str())
+                })
+            })
+            .count();
+        println!(
+            "{driver}, {what} (control): {lost} of {} connections broke outside the removed \
+             backend; {} second-chance packets; {} of 2 balancers warm at the end; by \
+             step {:?}",
+            control.fates.len(),
+            control.sent,
+            control.warm,
+            broken_by_step(&control.fates, &control.marks)
+        );
+        if second_chance {
+            // Without carried entries every balancer starts cold, and the flows it has no entry
+            // for lean on second chance alone.
+            ensure!(
+                control.warm == 0,
+                "handover off, but {} balancers started warm",
+                control.warm
+            );
+            ensure!(
+                control.sent > sent,
+                "handover off: {} second-chance packets, no more than the {sent} with the \
+                 handover on",
+                control.sent
+            );
+        } else {
+            ensure!(
+                lost > 0,
+                "without second chance no connection broke: the control shows nothing"
+            );
+        }
+    }
     Ok(())
 }
 
