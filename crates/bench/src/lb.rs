@@ -311,23 +311,22 @@ pub fn run(a: LbArgs) -> Result<()> {
     rep.finish()
 }
 
-/// What a restart costs with the worker's connections carried (`fp_lb::carry`): the stopping
-/// process exports its worker's entries, de-duplicates and writes them; the next start reads them
-/// and puts them into each worker's new tables. Each part timed once (one worker's tables; a
-/// start with W workers fills W tables one after the other).
+/// What a restart costs with the workers' connections carried (`fp_lb::carry`), as the service
+/// does it: the stopping process exports its workers' entries (each worker on its own thread),
+/// de-duplicates and writes them; the next start reads them and each of its `WORKERS` workers fills
+/// its new tables on its own thread, in parallel. Each part timed once.
 fn takeover(
     rep: &mut Report,
     mut w: LbStage,
     snaps: &Arc<Published<Snapshot>>,
     seed: u64,
 ) -> Result<()> {
-    use fp_lb::carry::{self, Carried};
+    use fp_lb::carry;
+    const WORKERS: usize = 2;
     let path = std::env::temp_dir().join(format!("fp-bench-carry-{}", std::process::id()));
     let now_ms = 2_000;
     let t = Instant::now();
-    let mut c = Carried::default();
-    w.export(now_ms, &mut c);
-    c.dedup();
+    let (c, _) = fp_lb::stage::export_workers(&mut [&mut w], now_ms);
     let export_ms = t.elapsed().as_secs_f64() * 1e3;
     let n = c.len();
     drop(w);
@@ -340,27 +339,38 @@ fn takeover(
     let c = carry::take(&path)?.context("the file just written")?;
     let read_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let mut fresh = LbStage::new(1, snaps.clone(), seed ^ 1)?;
+    let mut fresh = (0..WORKERS)
+        .map(|k| LbStage::new(k, snaps.clone(), seed ^ k as u64))
+        .collect::<Result<Vec<_>, _>>()?;
     let alloc_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let r = fresh.import(&c, now_ms, 0);
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = fresh
+            .iter_mut()
+            .map(|f| s.spawn(|| f.import(&c, now_ms, 0)))
+            .collect();
+        hs.into_iter().map(|h| h.join()).collect()
+    });
     let import_ms = t.elapsed().as_secs_f64() * 1e3;
-    anyhow::ensure!(
-        r.carried as usize == n,
-        "{} of {n} entries carried: {r:?}",
-        r.carried
-    );
+    for r in results {
+        let r = r.map_err(|_| anyhow::anyhow!("an import thread panicked"))?;
+        anyhow::ensure!(
+            r.carried as usize == n,
+            "{} of {n} entries carried: {r:?}",
+            r.carried
+        );
+    }
     let stop = export_ms + write_ms;
     let start = read_ms + import_ms;
     rep.note(&format!(
         "takeover of {n} entries: export + dedup {export_ms:.0} ms, write {write_ms:.0} ms \
-         ({bytes} bytes), read {read_ms:.0} ms, fill one worker's tables {import_ms:.0} ms \
-         (their allocation {alloc_ms:.0} ms, paid by any start)"
+         ({bytes} bytes), read {read_ms:.0} ms, {WORKERS} workers fill their tables in parallel \
+         {import_ms:.0} ms (their allocation {alloc_ms:.0} ms, paid by any start)"
     ));
     rep.add(
         Record::lower("takeover_ms", stop + start, "ms")
             .param("entries", n)
-            .param("workers", 1)
+            .param("workers", WORKERS)
             .param("stop_ms", (stop * 10.0).round() / 10.0)
             .param("start_ms", (start * 10.0).round() / 10.0)
             .param("file_bytes", bytes),

@@ -406,6 +406,13 @@ impl<L: Layout> Writer<L> {
             .insert_bounded(&mut self.search, &key, &value, max_nodes, &mut evictable)
     }
 
+    /// Prefetch the two candidate buckets of `key`, to be inserted or updated a little later: a
+    /// bulk load that prefetches a few keys ahead of its inserts overlaps their cache misses.
+    #[inline]
+    pub fn prefetch(&self, key: L::Key) {
+        self.table.prefetch_key(&key)
+    }
+
     /// Overwrite the value of a present key in place; `Ok(None)` if the key is absent.
     pub fn update(
         &mut self,

@@ -487,6 +487,18 @@ impl<L: Layout> RawTable<L> {
         Some((b1 as usize, b2 as usize))
     }
 
+    /// Prefetch both candidate buckets of `key` (a writer about to insert a run of keys issues
+    /// this a few keys ahead, so each insert finds its buckets in cache).
+    #[inline]
+    pub(crate) fn prefetch_key(&self, key: &L::Key) {
+        let v = self.view();
+        if let Some(p) = v.probe(key) {
+            let (b1, b2) = v.buckets(L::probe_hash(&p));
+            v.prefetch_bucket(b1);
+            v.prefetch_bucket(b2);
+        }
+    }
+
     pub(crate) fn n_buckets(&self) -> usize {
         self.n_buckets as usize
     }

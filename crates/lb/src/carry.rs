@@ -70,7 +70,20 @@ impl Carried {
     /// Keep one entry per key (workers hold copies of carried entries): the most recently seen.
     pub fn dedup(&mut self) {
         fn one<const N: usize>(v: &mut Vec<([u8; N], CarriedEntry)>) {
-            v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.idle_ms.cmp(&b.1.idle_ms)));
+            // Keys compare as big-endian integers of their first 16 bytes (all of an IPv4 key's
+            // 13), the rest bytewise: two word compares instead of a byte loop per comparison.
+            fn head<const N: usize>(k: &[u8; N]) -> u128 {
+                let mut b = [0u8; 16];
+                let n = N.min(16);
+                b[..n].copy_from_slice(&k[..n]);
+                u128::from_be_bytes(b)
+            }
+            v.sort_unstable_by(|a, b| {
+                head(&a.0)
+                    .cmp(&head(&b.0))
+                    .then_with(|| a.0[N.min(16)..].cmp(&b.0[N.min(16)..]))
+                    .then(a.1.idle_ms.cmp(&b.1.idle_ms))
+            });
             v.dedup_by(|a, b| a.0 == b.0);
         }
         one(&mut self.v4);
@@ -152,25 +165,39 @@ fn addr_of(b: [u8; 16]) -> IpAddr {
     }
 }
 
+/// Write the file's bytes to `out`.
+pub fn encode_to(c: &Carried, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut head = [0u8; 24];
+    head[..8].copy_from_slice(&MAGIC);
+    head[8..16].copy_from_slice(&c.stopped_ms.to_le_bytes());
+    head[16..20].copy_from_slice(&(c.v4.len() as u32).to_le_bytes());
+    head[20..24].copy_from_slice(&(c.v6.len() as u32).to_le_bytes());
+    out.write_all(&head)?;
+    fn put<const N: usize, const R: usize>(
+        out: &mut dyn std::io::Write,
+        key: &[u8; N],
+        e: &CarriedEntry,
+    ) -> std::io::Result<()> {
+        let mut r = [0u8; R];
+        r[..N].copy_from_slice(key);
+        r[N..N + 16].copy_from_slice(&addr_bytes(e.backend));
+        r[N + 16] = if e.embryonic { EMBRYONIC } else { 0 };
+        r[N + 17..N + 21].copy_from_slice(&e.idle_ms.to_le_bytes());
+        out.write_all(&r)
+    }
+    for (k, e) in &c.v4 {
+        put::<13, 34>(out, k, e)?;
+    }
+    for (k, e) in &c.v6 {
+        put::<37, 58>(out, k, e)?;
+    }
+    Ok(())
+}
+
 /// The file's bytes.
 pub fn encode(c: &Carried) -> Vec<u8> {
     let mut out = Vec::with_capacity(24 + c.v4.len() * 34 + c.v6.len() * 58);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&c.stopped_ms.to_le_bytes());
-    out.extend_from_slice(&(c.v4.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(c.v6.len() as u32).to_le_bytes());
-    fn put(out: &mut Vec<u8>, key: &[u8], e: &CarriedEntry) {
-        out.extend_from_slice(key);
-        out.extend_from_slice(&addr_bytes(e.backend));
-        out.push(if e.embryonic { EMBRYONIC } else { 0 });
-        out.extend_from_slice(&e.idle_ms.to_le_bytes());
-    }
-    for (k, e) in &c.v4 {
-        put(&mut out, k, e);
-    }
-    for (k, e) in &c.v6 {
-        put(&mut out, k, e);
-    }
+    encode_to(c, &mut out).expect("writing to memory");
     out
 }
 
@@ -195,8 +222,9 @@ pub fn decode(b: &[u8]) -> Result<Carried, &'static str> {
         }
     }
     let mut c = Carried {
+        v4: Vec::with_capacity(n4),
+        v6: Vec::with_capacity(n6),
         stopped_ms,
-        ..Carried::default()
     };
     let (v4, v6) = b[24..].split_at(n4 * 34);
     for r in v4.chunks_exact(34) {
@@ -210,7 +238,7 @@ pub fn decode(b: &[u8]) -> Result<Carried, &'static str> {
 
 /// Write `c` to `path` (mode 0600, atomically).
 pub fn write(path: &Path, c: &Carried) -> Result<(), CarryError> {
-    crate::seed::write_private(path, &encode(c)).map_err(|source| CarryError::Io {
+    crate::seed::write_private_with(path, |w| encode_to(c, w)).map_err(|source| CarryError::Io {
         path: path.to_path_buf(),
         what: "writing it",
         source,

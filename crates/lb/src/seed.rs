@@ -72,17 +72,41 @@ pub fn default_path() -> PathBuf {
 /// Write `bytes` to `path` readable by its owner only (mode 0600 whatever the umask), through a
 /// temporary file renamed into place, so a crash never leaves half a file; creates the directory.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_file(path, bytes)
+}
+
+/// [`write_private`] for a file streamed by `fill` (through a buffer), without waiting for the
+/// disk: for a file only the next start on this machine reads, worthless after a power loss anyway
+/// (the connection entries: a reboot ends the connections they track).
+pub fn write_private_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let (tmp, f) = create_private(path)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    fill(&mut w)?;
+    w.into_inner().map_err(|e| e.into_error())?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The temporary file next to `path`, created with mode 0600 whatever the umask.
+fn create_private(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok((tmp, f))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let (tmp, mut f) = create_private(path)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);

@@ -27,7 +27,7 @@ use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
 use crate::speaker::Speaker;
-use crate::stage::{LbStage, TraceRecord};
+use crate::stage::{ImportBoard, LbStage, TraceRecord};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::PacketTracer;
 use anyhow::{Context as _, Result};
@@ -43,6 +43,10 @@ use std::time::Duration;
 
 /// How often the kernel's neighbour table, the interface's MTU and the BGP speaker are looked at.
 const TICK: Duration = Duration::from_secs(1);
+
+/// How long a start waits for its workers to fill their tables with the carried entries before
+/// it reports ready anyway (about 5 s per 10 million entries on this project's test machine).
+const IMPORT_WAIT: Duration = Duration::from_secs(300);
 
 /// Run the balancer with the configuration file `config` on `interface` until SIGTERM/SIGINT.
 pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
@@ -75,10 +79,10 @@ pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
 }
 
 /// The connection entries the previous run left (`crate::carry`), or why there are none.
-fn take_carried(machine: &Balancer) -> Result<Carried, String> {
+fn take_carried(machine: &Balancer) -> Result<Arc<Carried>, String> {
     let path = crate::carry::path_of(machine.config());
     match crate::carry::take(&path) {
-        Ok(Some(c)) => Ok(c),
+        Ok(Some(c)) => Ok(Arc::new(c)),
         Ok(None) => Err(format!(
             "no connection entries of a previous run in {}",
             path.display()
@@ -133,13 +137,14 @@ pub struct LbService {
     control: Arc<Mutex<ControlState>>,
     /// The backend sets last written to the state file (`crate::sets`).
     sets_written: Option<crate::sets::Saved>,
-    /// The previous run's connection entries, until every worker took them (or why there are
-    /// none: a cold start).
-    carried: Result<Carried, String>,
+    /// The previous run's connection entries, until every worker was given them (or why there
+    /// are none: a cold start).
+    carried: Result<Arc<Carried>, String>,
+    /// Where the workers report filling their tables with them (on their own threads, in
+    /// parallel, before their first receive).
+    imports: ImportBoard,
     /// How this start went (warm or cold), for the log, metrics and status.
     takeover: Takeover,
-    /// When the workers were set up (the load time is measured from it).
-    setup_at: Option<std::time::Instant>,
 }
 
 impl LbService {
@@ -173,8 +178,8 @@ impl LbService {
             control: Arc::new(Mutex::new(ControlState::default())),
             sets_written: None,
             carried: Err("not read".into()),
+            imports: ImportBoard::default(),
             takeover: Takeover::default(),
-            setup_at: None,
         };
         s.publish();
         Ok(s)
@@ -182,18 +187,13 @@ impl LbService {
 
     /// Write the workers' connection entries for the next start (`crate::carry`), now that they
     /// stopped.
-    fn keep_connections(&mut self, stages: Vec<Finished<LbStage>>) {
+    fn keep_connections(&mut self, mut stages: Vec<Finished<LbStage>>) {
         let t0 = std::time::Instant::now();
-        let mut c = Carried {
-            stopped_ms: crate::carry::wall_ms(),
-            ..Carried::default()
-        };
-        let now = monotonic_ms();
-        let mut picked = 0;
-        for mut f in stages {
-            picked += f.stage.export(now, &mut c).picked;
-        }
-        c.dedup();
+        let stopped_ms = crate::carry::wall_ms();
+        let mut workers: Vec<&mut LbStage> = stages.iter_mut().map(|f| &mut f.stage).collect();
+        let (mut c, exported) = crate::stage::export_workers(&mut workers, monotonic_ms());
+        c.stopped_ms = stopped_ms;
+        let picked = exported.picked;
         let path = crate::carry::path_of(self.machine.config());
         match crate::carry::write(&path, &c) {
             Ok(()) => log(format_args!(
@@ -205,6 +205,46 @@ impl LbService {
             )),
             Err(e) => log(format_args!("warning: connection entries not kept: {e}")),
         }
+    }
+
+    /// Wait until every worker has put the carried entries into its tables (each on its own
+    /// thread, before its first receive) and sum up what they did: the start is ready once they
+    /// forward with them.
+    fn await_imports(&mut self, c: &Carried) {
+        let workers = self.stats.len();
+        let t0 = std::time::Instant::now();
+        let reports: Vec<crate::stage::ImportReport> = loop {
+            let board = self
+                .imports
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let done: Vec<_> = board.iter().flatten().copied().collect();
+            if done.len() == workers || t0.elapsed() > IMPORT_WAIT {
+                break done;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if reports.len() < workers {
+            log(format_args!(
+                "warning: {} of {workers} worker(s) filled their tables with the carried entries                  within {IMPORT_WAIT:?}",
+                reports.len()
+            ));
+        }
+        let t = &mut self.takeover;
+        // Every worker takes the same entries: count them once, the full ones per worker.
+        if let Some(r) = reports.first() {
+            t.carried = r.imported.carried;
+            t.removed_backend = r.imported.removed_backend;
+            t.expired = r.imported.expired;
+        }
+        t.full = reports.iter().map(|r| r.imported.full).sum();
+        t.load_ms = reports.iter().map(|r| r.load_ms).max().unwrap_or(0);
+        let done = reports.iter().map(|r| r.done_wall_ms).max();
+        t.gap_ms = Some(
+            done.unwrap_or_else(crate::carry::wall_ms)
+                .saturating_sub(c.stopped_ms),
+        );
     }
 
     /// Keep the backend sets for a successor, when they changed since last written.
@@ -307,18 +347,9 @@ impl Service for LbService {
         )?;
         w.set_tracer(Box::new(PacketTracer::new(probes)));
         if let Ok(c) = &self.carried {
-            let t0 = *self.setup_at.get_or_insert_with(std::time::Instant::now);
-            let gap = crate::carry::wall_ms().saturating_sub(c.stopped_ms);
-            let r = w.import(c, monotonic_ms(), gap);
-            let t = &mut self.takeover;
-            t.warm = true;
-            t.read = c.len() as u64;
-            // Every worker takes the same entries: count them once, the full ones per worker.
-            t.carried = r.carried;
-            t.removed_backend = r.removed_backend;
-            t.expired = r.expired;
-            t.full += r.full;
-            t.load_ms = t0.elapsed().as_millis() as u64;
+            w.defer_import(c.clone(), self.imports.clone());
+            self.takeover.warm = true;
+            self.takeover.read = c.len() as u64;
         }
         self.stats.push(w.stats().clone());
         Ok(w)
@@ -335,8 +366,8 @@ impl Service for LbService {
     fn started(&mut self, cx: &mut Context<'_>) -> Result<()> {
         match std::mem::replace(&mut self.carried, Err("taken".into())) {
             Ok(c) => {
-                let t = &mut self.takeover;
-                t.gap_ms = Some(crate::carry::wall_ms().saturating_sub(c.stopped_ms));
+                self.await_imports(&c);
+                let t = &self.takeover;
                 log(format_args!(
                     "warm start: {} connection entries of the previous run carried into each of \
                      {} worker(s) in {} ms (of {} read: backend removed {}, idled out {}, table \

@@ -1704,6 +1704,65 @@ fn carried_entries_keep_connections_on_their_backends_in_a_changed_configuration
 }
 
 #[test]
+fn workers_export_in_parallel_and_each_flow_once_with_its_latest_use() {
+    use fp_pipeline::stage::{Outputs, Stage};
+    use std::sync::Arc;
+    // Two workers are given the same carried entries (as a start gives every worker all of
+    // them); each then sees traffic of its own share of the flows.
+    let flows: Vec<Endpoints> = (0..2_000).map(flow).collect();
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    let mut old = Harness::new(&FIVE[..3]);
+    old.send(&acks, 1_000_000_000);
+    let mut carried = fp_lb::carry::Carried::default();
+    old.worker.export(1_000, &mut carried);
+    assert_eq!(carried.len(), 2_000);
+    carried.stopped_ms = fp_lb::carry::wall_ms();
+    let carried = Arc::new(carried);
+    // (The harness's workers are all worker 0: each reports to its own board.)
+    let boards: Vec<fp_lb::stage::ImportBoard> = (0..3).map(|_| Default::default()).collect();
+    let done = |k: usize| boards[k].lock().unwrap().iter().flatten().copied().next();
+    let mut h: Vec<Harness> = (0..3).map(|_| Harness::new(&FIVE[..3])).collect();
+    for (k, w) in h.iter_mut().enumerate() {
+        w.worker.defer_import(carried.clone(), boards[k].clone());
+    }
+    assert!(
+        (0..3).all(|k| done(k).is_none()),
+        "imports wait for the worker"
+    );
+    // The driver asks before every receive: the import runs before the first.
+    assert!(h[2].worker.admit(0, &Outputs::new(1)));
+    assert_eq!(done(2).map(|r| r.imported.carried), Some(2_000));
+    // Bursts fed directly run it too (at the burst's time); then each worker sees its share.
+    let (a, b) = h.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    for w in [&mut *a, &mut *b] {
+        w.worker
+            .process(&mut burst(), &mut burst(), &mut w.pool, 1_000_000_000);
+    }
+    for k in 0..2 {
+        assert_eq!(done(k).map(|r| r.imported.carried), Some(2_000));
+    }
+    a.send(&acks[..1_000], 3_000_000_000);
+    b.send(&acks[1_000..], 4_000_000_000);
+
+    let (all, out) = fp_lb::stage::export_workers(&mut [&mut a.worker, &mut b.worker], 5_000);
+    assert_eq!(out.entries, 4_000, "both workers hold every flow");
+    assert_eq!(all.len(), 2_000, "each flow once");
+    let mut keys: Vec<[u8; 13]> = all.v4.iter().map(|(k, _)| *k).collect();
+    keys.dedup();
+    assert_eq!(keys.len(), 2_000);
+    assert!(all.v4.windows(2).all(|w| w[0].0 < w[1].0), "sorted by key");
+    // Each flow's copy is the one of the worker that saw it last: a's half at 3 s, b's at 4 s.
+    let idle: std::collections::BTreeMap<u32, usize> =
+        all.v4.iter().fold(Default::default(), |mut m, (_, e)| {
+            *m.entry(e.idle_ms).or_default() += 1;
+            m
+        });
+    assert_eq!(idle.get(&2_000), Some(&1_000), "{idle:?}");
+    assert_eq!(idle.get(&1_000), Some(&1_000), "{idle:?}");
+}
+
+#[test]
 fn second_chance_over_ipv6_tunnels() {
     let six = ["fd00:1::1", "fd00:1::2", "fd00:1::3", "fd00:1::4"];
     let flows: Vec<Endpoints> = (0..5_000).map(flow).collect();

@@ -6,6 +6,11 @@ use super::LbStage;
 use crate::carry::{Carried, CarriedEntry};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// How many entries ahead of its insert [`LbStage::import`] prefetches an entry's buckets.
+const AHEAD: usize = 8;
 
 /// What [`LbStage::export`] left out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,10 +36,130 @@ pub struct Imported {
     pub full: u64,
 }
 
+/// What one worker's deferred import ([`LbStage::defer_import`]) did, and when.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// What became of the entries.
+    pub imported: Imported,
+    /// Wall-clock ms (since the Unix epoch) when the worker finished: it forwards from then on.
+    pub done_wall_ms: u64,
+    /// How long the worker took to fill its tables, in ms.
+    pub load_ms: u64,
+}
+
+/// Where the workers report their deferred imports, by worker index.
+pub type ImportBoard = Arc<Mutex<Vec<Option<ImportReport>>>>;
+
+/// An import a worker runs on its own thread before its first receive.
+pub(super) struct Deferred {
+    carried: Arc<Carried>,
+    board: ImportBoard,
+}
+
+/// Export every worker's entries at `now_ms`, each worker on its own thread (exported and
+/// de-duplicated in parallel, then merged): the connection entries a stopping balancer carries.
+/// `stopped_ms` of the result is left for the caller to set.
+pub fn export_workers(stages: &mut [&mut LbStage], now_ms: u32) -> (Carried, Exported) {
+    let parts: Vec<(Carried, Exported)> = std::thread::scope(|s| {
+        let handles: Vec<_> = stages
+            .iter_mut()
+            .map(|w| {
+                s.spawn(move || {
+                    let mut c = Carried::default();
+                    let r = w.export(now_ms, &mut c);
+                    c.dedup();
+                    (c, r)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("an export thread panicked"))
+            .collect()
+    });
+    let mut all = Carried::default();
+    let mut sum = Exported::default();
+    for (c, r) in parts {
+        all.v4 = merge(std::mem::take(&mut all.v4), c.v4);
+        all.v6 = merge(std::mem::take(&mut all.v6), c.v6);
+        sum.entries += r.entries;
+        sum.picked += r.picked;
+        sum.unknown += r.unknown;
+    }
+    (all, sum)
+}
+
+/// Merge two lists sorted by key (each key once) into one, keeping of a key present in both the
+/// copy seen most recently.
+fn merge<const N: usize>(
+    a: Vec<([u8; N], CarriedEntry)>,
+    b: Vec<([u8; N], CarriedEntry)>,
+) -> Vec<([u8; N], CarriedEntry)> {
+    if a.is_empty() {
+        return b;
+    }
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    let (x, y) = (a.next(), b.next());
+                    match (x, y) {
+                        (Some(x), Some(y)) if y.1.idle_ms < x.1.idle_ms => Some(y),
+                        (x, _) => x,
+                    }
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
 impl LbStage {
+    /// Put `carried` into this worker's tables on its own thread, before it receives its first
+    /// packet (the frames arriving meanwhile wait in its port), and report to `board`: the
+    /// workers of a start fill their tables in parallel instead of one after the other.
+    pub fn defer_import(&mut self, carried: Arc<Carried>, board: ImportBoard) {
+        self.deferred = Some(Deferred { carried, board });
+    }
+
+    /// Run the import [`defer_import`](Self::defer_import) left, if it has not run, at the
+    /// workers' clock `now_ns` (`None`: read `CLOCK_MONOTONIC`, which the driver's clock is).
+    pub(super) fn run_deferred_import(&mut self, now_ns: Option<u64>) {
+        let Some(d) = self.deferred.take() else {
+            return;
+        };
+        let t0 = Instant::now();
+        let gap = crate::carry::wall_ms().saturating_sub(d.carried.stopped_ms);
+        let now_ms = (now_ns.unwrap_or_else(fp_engine::sys::monotonic_ns) / 1_000_000) as u32;
+        let imported = self.import(&d.carried, now_ms, gap);
+        let report = ImportReport {
+            imported,
+            done_wall_ms: crate::carry::wall_ms(),
+            load_ms: t0.elapsed().as_millis() as u64,
+        };
+        let mut board = d.board.lock().unwrap_or_else(|p| p.into_inner());
+        if board.len() <= self.id {
+            board.resize(self.id + 1, None);
+        }
+        board[self.id] = Some(report);
+    }
+
     /// Append every connection entry of this worker to `out`, at `now_ms` (the workers' clock:
     /// `CLOCK_MONOTONIC` in ms). Leaves the tables as they are.
     pub fn export(&mut self, now_ms: u32, out: &mut Carried) -> Exported {
+        // A worker stopped before its first receive still holds what it was to carry.
+        self.run_deferred_import(Some(now_ms as u64 * 1_000_000));
         let snap = self.snap.get().clone();
         let mut r = Exported::default();
         let mut one = |v: u64| -> Option<CarriedEntry> {
@@ -100,7 +225,12 @@ impl LbStage {
         };
         let t = &mut self.tables;
         let (mut carried, mut full) = (0, 0);
-        for (k, e) in &c.v4 {
+        // Each insert's two buckets are prefetched AHEAD entries earlier: the entries come in key
+        // order, which is random in the table, so an insert alone waits for two cache misses.
+        for (i, (k, e)) in c.v4.iter().enumerate() {
+            if let Some((k, _)) = c.v4.get(i + AHEAD) {
+                t.conn4.prefetch(*k);
+            }
             if let Some(v) = value(e) {
                 match t.conn4.insert(*k, v) {
                     Ok(_) => carried += 1,
@@ -108,7 +238,10 @@ impl LbStage {
                 }
             }
         }
-        for (k, e) in &c.v6 {
+        for (i, (k, e)) in c.v6.iter().enumerate() {
+            if let Some((k, _)) = c.v6.get(i + AHEAD) {
+                t.conn6.prefetch(*k);
+            }
             if let Some(v) = value(e) {
                 match t.conn6.insert(*k, v) {
                     Ok(_) => carried += 1,

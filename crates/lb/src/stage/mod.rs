@@ -65,7 +65,7 @@
 use crate::frag::{FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
-pub use carry::{Exported, Imported};
+pub use carry::{export_workers, Exported, ImportBoard, ImportReport, Imported};
 use classify::classify;
 use decide::{decide, Decide};
 use emit::{icmp_limit, Emitter};
@@ -227,6 +227,9 @@ pub struct LbStage {
     /// Where forwarded packets leave, as a [`Stage`]: the port they came in on (`None`, a
     /// one-armed balancer) or a fixed port.
     output: Option<usize>,
+    /// Carried entries to put into the tables on the worker's own thread before its first
+    /// receive ([`LbStage::defer_import`]).
+    deferred: Option<carry::Deferred>,
 }
 
 /// Why a worker could not be built.
@@ -303,6 +306,7 @@ impl LbStage {
             icmp,
             tracer: None,
             output: None,
+            deferred: None,
         })
     }
 
@@ -389,6 +393,11 @@ impl LbStage {
         pool: &mut Pool,
         now_ns: u64,
     ) {
+        // The driver runs a deferred import before the first receive (`admit`); a caller that
+        // feeds bursts directly gets it here.
+        if self.deferred.is_some() {
+            self.run_deferred_import(Some(now_ns));
+        }
         self.follow_snapshot();
         let Self {
             id,
@@ -503,5 +512,13 @@ impl Stage for LbStage {
 
     fn maintain(&mut self, now_ns: u64, _out: &mut Outputs, pool: &mut Pool) {
         LbStage::maintain(self, now_ns, pool);
+    }
+
+    #[inline]
+    fn admit(&mut self, _port: usize, _out: &Outputs) -> bool {
+        if self.deferred.is_some() {
+            self.run_deferred_import(None);
+        }
+        true
     }
 }
