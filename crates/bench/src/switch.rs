@@ -707,6 +707,10 @@ mod live {
             }
             "af_packet" | "af_xdp" => {
                 let exe = crate::flowplane_binary()?;
+                // A state directory of this bed: every case starts cold, and nothing is left
+                // in the host's.
+                let state = b._net.dir("switch-state")?;
+                let _ = std::fs::remove_file(fp_switch::carry::path_in(&state));
                 let p =
                     b.sw.cmd([
                         exe.to_str().context("executable path")?,
@@ -718,6 +722,8 @@ mod live {
                         "--workers",
                         "1",
                         "--no-pin",
+                        "--state-dir",
+                        state.to_str().context("state directory path")?,
                     ])
                     .spawn()?;
                 p.wait_log("flowplane: ready", Duration::from_secs(20))

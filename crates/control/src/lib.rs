@@ -91,6 +91,7 @@ pub mod json;
 pub mod metrics;
 pub mod seed;
 pub mod signal;
+pub mod state;
 mod sys;
 pub mod systemd;
 pub mod trace;

@@ -23,7 +23,8 @@
 //!    tx checksum offload off on the hosts, and for AF_PACKET also with offload *on* (TSO off), where
 //!    the switch's port completes the partial checksums;
 //! 8. a host moving to another port is relearned there (moves counter, ping and frames follow it);
-//! 9. aging: after 2 s of silence every learned entry is removed (only the static one is left).
+//! 9. aging: after 2 s of silence every learned entry is removed (only the static one is left);
+//! 10. a restart keeps the learned entries (restored from the state directory before forwarding).
 
 mod common;
 
@@ -130,6 +131,45 @@ impl Tap {
     }
 }
 
+/// Start `flowplane switch` on `ports` in `sw`, with the test's settings, the aging time `aging`
+/// (seconds) and the state directory `state`; wait until it is ready.
+fn start_switch(
+    sw: &Netns,
+    ports: &[String],
+    driver: &str,
+    aging: &str,
+    state: &std::path::Path,
+) -> Result<Proc> {
+    let switch = sw
+        .cmd([
+            env!("CARGO_BIN_EXE_flowplane"),
+            "switch",
+            "--ports",
+            &ports.join(","),
+            "--driver",
+            driver,
+            "--workers",
+            "2",
+            "--aging-secs",
+            aging,
+            "--learn-queue",
+            "8",
+            "--fib-capacity",
+            "65536",
+            "--static",
+            &format!("{}=2", mac_str(STATIC_MAC)),
+            "--admin",
+            ADMIN,
+            "--state-dir",
+            state.to_str().context("state directory path")?,
+        ])
+        .spawn()?;
+    switch
+        .wait_log("flowplane: ready", Duration::from_secs(20))
+        .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
+    Ok(switch)
+}
+
 struct Bed {
     net: TestNet,
     sw: Netns,
@@ -166,31 +206,8 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
         links.push(he);
         ports.push(format!("p{i}"));
     }
-    let switch = sw
-        .cmd([
-            env!("CARGO_BIN_EXE_flowplane"),
-            "switch",
-            "--ports",
-            &ports.join(","),
-            "--driver",
-            driver,
-            "--workers",
-            "2",
-            "--aging-secs",
-            "2",
-            "--learn-queue",
-            "8",
-            "--fib-capacity",
-            "65536",
-            "--static",
-            &format!("{}=2", mac_str(STATIC_MAC)),
-            "--admin",
-            ADMIN,
-        ])
-        .spawn()?;
-    switch
-        .wait_log("flowplane: ready", Duration::from_secs(20))
-        .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
+    let state = net.dir("switch-state")?;
+    let switch = start_switch(&sw, &ports, driver, "2", &state)?;
     let taps = hosts.iter().map(Tap::open).collect::<Result<Vec<_>>>()?;
     Ok(Bed {
         net,
@@ -494,6 +511,48 @@ fn run_steps(b: &mut Bed, driver: &str) -> Result<()> {
         }
     }
     assert!(flooded, "h1 was not forgotten");
+
+    // 10. A restart keeps what the switch learned: three hosts speak, the switch restarts (with
+    // another aging time), and its FIB holds them before any frame arrives; a frame to one of
+    // them is not flooded.
+    let h2 = host_mac(3); // the host on port 2 since step 8
+    for (k, src) in [(0, h0), (1, h1), (2, h2)] {
+        b.taps[k].send(&[frame(BROADCAST, src, 20 + k as u32)])?;
+    }
+    b.wait_metric(
+        "flowplane_switch_fib_entries",
+        Duration::from_secs(2),
+        |v| v == 4.0,
+    )?;
+    b.switch.signal(libc::SIGTERM);
+    b.switch.wait(Duration::from_secs(10))?;
+    let log = b.switch.log();
+    assert!(
+        log.contains("3 learned FIB entries kept for the next start"),
+        "{log}"
+    );
+    let ports: Vec<String> = (0..HOSTS).map(|i| format!("p{i}")).collect();
+    let state = b.net.dir("switch-state")?;
+    b.switch = start_switch(&b.sw, &ports, driver, "30", &state)?;
+    assert_eq!(b.metric("flowplane_switch_takeover{kind=\"warm\"}")?, 1.0);
+    assert_eq!(
+        b.metric("flowplane_switch_takeover_entries{result=\"restored\"}")?,
+        3.0
+    );
+    assert_eq!(b.metric("flowplane_switch_fib_entries")?, 4.0);
+    assert!(b
+        .get("/status")?
+        .contains("start: warm: 3 learned entries restored"));
+    b.settle();
+    b.taps[0].send(&[frame(h1, h0, 24)])?;
+    b.settle();
+    assert_eq!(b.taps[1].count(24), 1, "h1 did not get its frame");
+    assert_eq!(
+        b.taps[2].count(24),
+        0,
+        "a frame to a host learned before the restart was flooded"
+    );
+    eprintln!("{driver}: restart kept 3 learned entries");
     Ok(())
 }
 

@@ -248,9 +248,9 @@ pub fn write(path: &Path, c: &Carried) -> Result<(), CarryError> {
 /// Read and remove the entries a predecessor left in `path`; `Ok(None)` when there is no file.
 /// A file that is not of this layout is removed too (it would be refused at every start).
 pub fn take(path: &Path) -> Result<Option<Carried>, CarryError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match fp_control::state::take(path) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
         Err(source) => {
             return Err(CarryError::Io {
                 path: path.to_path_buf(),
@@ -259,7 +259,6 @@ pub fn take(path: &Path) -> Result<Option<Carried>, CarryError> {
             })
         }
     };
-    let _ = std::fs::remove_file(path);
     decode(&bytes).map(Some).map_err(|why| CarryError::Format {
         path: path.to_path_buf(),
         why,

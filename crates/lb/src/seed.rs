@@ -12,8 +12,6 @@
 //! `balancer.seed`. The value is never printed.
 
 use crate::config::{LbConfig, SeedOrigin};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why the seed's state file could not be used (the balancer does not start: it would hash with
@@ -42,17 +40,7 @@ pub enum SeedError {
     },
 }
 
-/// The service's state directory: `$STATE_DIRECTORY` (the first, when systemd lists several),
-/// else `/var/lib/flowplane`.
-pub fn state_directory() -> PathBuf {
-    std::env::var_os("STATE_DIRECTORY")
-        .and_then(|d| {
-            d.to_str()
-                .and_then(|s| s.split(':').next())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("/var/lib/flowplane"))
-}
+pub use fp_control::state::{state_directory, write_private, write_private_with};
 
 /// Where `cfg` keeps what outlives a process: `balancer.state_dir`, else the service's state
 /// directory.
@@ -67,50 +55,6 @@ pub fn state_dir_of(cfg: &LbConfig) -> PathBuf {
 /// `balancer.state_dir`: `seed` in the service's state directory.
 pub fn default_path() -> PathBuf {
     state_directory().join("seed")
-}
-
-/// Write `bytes` to `path` readable by its owner only (mode 0600 whatever the umask), through a
-/// temporary file renamed into place, so a crash never leaves half a file; creates the directory.
-pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_file(path, bytes)
-}
-
-/// [`write_private`] for a file streamed by `fill` (through a buffer), without waiting for the
-/// disk: for a file only the next start on this machine reads, worthless after a power loss anyway
-/// (the connection entries: a reboot ends the connections they track).
-pub fn write_private_with(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let (tmp, f) = create_private(path)?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    fill(&mut w)?;
-    w.into_inner().map_err(|e| e.into_error())?;
-    std::fs::rename(&tmp, path)
-}
-
-/// The temporary file next to `path`, created with mode 0600 whatever the umask.
-fn create_private(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok((tmp, f))
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let (tmp, mut f) = create_private(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
 }
 
 /// The state file `cfg` keeps its seed in, if it keeps it in one (no `balancer.seed`).

@@ -27,7 +27,7 @@ use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
 use crate::speaker::Speaker;
-use crate::stage::{ImportBoard, LbStage, TraceRecord};
+use crate::stage::{ImportSlot, LbStage, TraceRecord};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::PacketTracer;
 use anyhow::{Context as _, Result};
@@ -142,7 +142,7 @@ pub struct LbService {
     carried: Result<Arc<Carried>, String>,
     /// Where the workers report filling their tables with them (on their own threads, in
     /// parallel, before their first receive).
-    imports: ImportBoard,
+    imports: Vec<ImportSlot>,
     /// How this start went (warm or cold), for the log, metrics and status.
     takeover: Takeover,
 }
@@ -178,7 +178,7 @@ impl LbService {
             control: Arc::new(Mutex::new(ControlState::default())),
             sets_written: None,
             carried: Err("not read".into()),
-            imports: ImportBoard::default(),
+            imports: Vec::new(),
             takeover: Takeover::default(),
         };
         s.publish();
@@ -214,12 +214,12 @@ impl LbService {
         let workers = self.stats.len();
         let t0 = std::time::Instant::now();
         let reports: Vec<crate::stage::ImportReport> = loop {
-            let board = self
+            let done: Vec<_> = self
                 .imports
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            let done: Vec<_> = board.iter().flatten().copied().collect();
+                .iter()
+                .filter_map(|s| s.get())
+                .copied()
+                .collect();
             if done.len() == workers || t0.elapsed() > IMPORT_WAIT {
                 break done;
             }
@@ -347,7 +347,9 @@ impl Service for LbService {
         )?;
         w.set_tracer(Box::new(PacketTracer::new(probes)));
         if let Ok(c) = &self.carried {
-            w.defer_import(c.clone(), self.imports.clone());
+            let slot = ImportSlot::default();
+            self.imports.push(slot.clone());
+            w.defer_import(c.clone(), slot);
             self.takeover.warm = true;
             self.takeover.read = c.len() as u64;
         }

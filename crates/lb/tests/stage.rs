@@ -1718,19 +1718,24 @@ fn workers_export_in_parallel_and_each_flow_once_with_its_latest_use() {
     assert_eq!(carried.len(), 2_000);
     carried.stopped_ms = fp_lb::carry::wall_ms();
     let carried = Arc::new(carried);
-    // (The harness's workers are all worker 0: each reports to its own board.)
-    let boards: Vec<fp_lb::stage::ImportBoard> = (0..3).map(|_| Default::default()).collect();
-    let done = |k: usize| boards[k].lock().unwrap().iter().flatten().copied().next();
+    let slots: Vec<fp_lb::stage::ImportSlot> = (0..3).map(|_| Default::default()).collect();
+    let done = |k: usize| slots[k].get().copied();
     let mut h: Vec<Harness> = (0..3).map(|_| Harness::new(&FIVE[..3])).collect();
     for (k, w) in h.iter_mut().enumerate() {
-        w.worker.defer_import(carried.clone(), boards[k].clone());
+        w.worker.defer_import(carried.clone(), slots[k].clone());
     }
     assert!(
         (0..3).all(|k| done(k).is_none()),
         "imports wait for the worker"
     );
-    // The driver asks before every receive: the import runs before the first.
-    assert!(h[2].worker.admit(0, &Outputs::new(1)));
+    // The driver's first maintain comes before the first receive: the import runs there.
+    let mut pool = fp_pipeline::packet::Pool::new(64);
+    Stage::maintain(
+        &mut h[2].worker,
+        1_000_000_000,
+        &mut Outputs::new(1),
+        &mut pool,
+    );
     assert_eq!(done(2).map(|r| r.imported.carried), Some(2_000));
     // Bursts fed directly run it too (at the burst's time); then each worker sees its share.
     let (a, b) = h.split_at_mut(1);

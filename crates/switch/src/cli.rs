@@ -40,6 +40,10 @@ pub struct SwitchArgs {
     /// Do not look for tracer probes.
     #[arg(long)]
     pub no_trace: bool,
+    /// Where the learned FIB entries are kept across a restart (the file `switch-fib`); default
+    /// the service's state directory ($STATE_DIRECTORY, else /var/lib/flowplane).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Driver, workers, CPUs, admin address.
     #[command(flatten)]
     pub live: LiveArgs,
@@ -47,7 +51,7 @@ pub struct SwitchArgs {
 
 /// Run the switch until SIGTERM/SIGINT.
 pub fn run(a: SwitchArgs) -> Result<()> {
-    let cfg = SwitchConfig::new(
+    let mut cfg = SwitchConfig::new(
         a.ports,
         a.aging_secs,
         &a.statics,
@@ -57,5 +61,8 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         a.fib_cache,
         !a.no_trace,
     )?;
+    if let Some(dir) = a.state_dir {
+        cfg.state_dir = dir;
+    }
     crate::service::run(cfg, &a.live.options())
 }

@@ -67,6 +67,9 @@ pub struct SwitchConfig {
     pub fib_cache: usize,
     /// Whether workers look for tracer probes.
     pub trace: bool,
+    /// Where the learned entries are kept across a restart (`--state-dir`, else the service's
+    /// state directory).
+    pub state_dir: std::path::PathBuf,
 }
 
 impl SwitchConfig {
@@ -128,6 +131,7 @@ impl SwitchConfig {
             learn_queue,
             fib_cache,
             trace,
+            state_dir: fp_control::state::state_directory(),
         })
     }
 

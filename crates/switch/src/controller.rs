@@ -196,6 +196,46 @@ impl SwitchControl {
         self.last_seen.insert(e.mac, e.now_ns);
     }
 
+    /// Every learned entry (not the static or preloaded ones) with its port and the time since
+    /// its MAC was last seen at `now_ns`: what a restart carries (`crate::carry`).
+    pub fn learned(&self, now_ns: u64) -> Vec<(MacAddr, u16, u64)> {
+        self.last_seen
+            .iter()
+            .filter_map(|(&m, &t)| {
+                let port = self.fib.get(m.to_u64())?;
+                Some((m, port, now_ns.saturating_sub(t)))
+            })
+            .collect()
+    }
+
+    /// Put learned entries back at `now_ns`, each `(MAC, port, idle ns)` as if last seen `idle`
+    /// ago: entries idle for the aging time are left out, and a static entry or one already in the
+    /// FIB (preloaded) wins. Returns (restored, aged out, FIB full).
+    pub fn restore(&mut self, entries: &[(MacAddr, u16, u64)], now_ns: u64) -> (u64, u64, u64) {
+        let (mut restored, mut aged, mut full) = (0, 0, 0);
+        for &(mac, port, idle) in entries {
+            if idle >= self.aging_ns {
+                aged += 1;
+                continue;
+            }
+            let key = mac.to_u64();
+            if self.statics.contains(&mac) || self.fib.get(key).is_some() {
+                continue;
+            }
+            match self.fib.insert(key, port) {
+                Ok(_) => {
+                    self.last_seen.insert(mac, now_ns.saturating_sub(idle));
+                    restored += 1;
+                }
+                Err(_) => full += 1,
+            }
+        }
+        if restored > 0 {
+            self.epoch.bump();
+        }
+        (restored, aged, full)
+    }
+
     /// Remove learned entries not seen for the aging time. Returns how many were removed.
     pub fn age(&mut self, now_ns: u64) -> usize {
         let aging = self.aging_ns;
@@ -234,5 +274,53 @@ impl SwitchControl {
     /// FIB occupancy and size.
     pub fn fib_stats(&self) -> fp_cuckoo::Stats {
         self.fib.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp_cuckoo::{CompactMap, Config};
+
+    fn control(aging_ns: u64) -> (SwitchControl, SyncSender<Learn>) {
+        let (w, _) = CompactMap::new(&Config::with_capacity(64)).unwrap();
+        let (tx, rx) = learn_queue(16);
+        (SwitchControl::new(w, rx, aging_ns), tx)
+    }
+
+    fn mac(i: u8) -> MacAddr {
+        MacAddr([2, 0, 0, 0, 0, i])
+    }
+
+    #[test]
+    fn learned_entries_come_back_with_their_age() {
+        let (mut a, tx) = control(10_000);
+        a.add_static(mac(9), 3).unwrap();
+        for (i, port, t) in [(1, 0, 1_000), (2, 1, 5_000), (9, 0, 5_000)] {
+            tx.send(Learn {
+                mac: mac(i),
+                port,
+                now_ns: t,
+            })
+            .unwrap();
+        }
+        a.drain();
+        let mut learned = a.learned(6_000);
+        learned.sort_by_key(|e| e.0 .0);
+        // The static entry is not learned, and is not carried.
+        assert_eq!(learned, vec![(mac(1), 0, 5_000), (mac(2), 1, 1_000)]);
+
+        let (mut b, _tx) = control(10_000);
+        b.add_static(mac(2), 7).unwrap();
+        let carried = [(mac(1), 0, 5_000), (mac(2), 1, 1_000), (mac(3), 2, 10_000)];
+        // mac 3 aged out meanwhile; mac 2 is static here: the static entry wins.
+        assert_eq!(b.restore(&carried, 100_000), (1, 1, 0));
+        assert_eq!(b.lookup(mac(1)), Some(0));
+        assert_eq!(b.lookup(mac(2)), Some(7));
+        assert_eq!(b.lookup(mac(3)), None);
+        // Restored entries age from when they were last seen, not from the restart.
+        assert_eq!(b.age(100_000 + 4_999), 0);
+        assert_eq!(b.age(100_000 + 5_000), 1);
+        assert_eq!(b.lookup(mac(1)), None);
     }
 }

@@ -15,6 +15,8 @@
 //!   learned ones.
 //! * [`config`]: the checked settings, statics and the FIB file formats for preloading the
 //!   paper's very large tables.
+//! * [`carry`]: the learned entries carried across a restart, by port name, in the state
+//!   directory.
 //! * [`cli`]: `flowplane switch --ports IF1,IF2,...`.
 //! * [`service`]: the wiring on the service runner (`fp-service`): ports, stages, the writer's
 //!   tick.
@@ -53,6 +55,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod carry;
 pub mod cli;
 pub mod config;
 pub mod controller;

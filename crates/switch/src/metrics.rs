@@ -53,6 +53,8 @@ pub struct SwitchView {
     pub(crate) fib_capacity: usize,
     pub(crate) aging: Duration,
     pub(crate) learn_queue: usize,
+    /// How this start went with the previous run's learned entries.
+    pub(crate) restored: crate::carry::Restored,
 }
 
 impl SwitchView {
@@ -190,6 +192,43 @@ impl View for SwitchView {
         ] {
             e.single(name, Kind::Gauge, help, v);
         }
+        let r = &self.restored;
+        e.family(
+            "flowplane_switch_takeover",
+            Kind::Gauge,
+            "How this process started: 1 for warm (the previous run's learned FIB entries \
+             restored) or cold (none: first start, a crash, another file layout).",
+        );
+        let warm = r.cold_reason.is_none();
+        e.sample(
+            "flowplane_switch_takeover",
+            &[("kind", "warm")],
+            warm as u64,
+        );
+        e.sample(
+            "flowplane_switch_takeover",
+            &[("kind", "cold")],
+            !warm as u64,
+        );
+        e.family(
+            "flowplane_switch_takeover_entries",
+            Kind::Gauge,
+            "The previous run's learned FIB entries at this start: read, restored, dropped because \
+             their port is not configured, aged out meanwhile, or refused by a full FIB.",
+        );
+        for (result, n) in [
+            ("read", r.read),
+            ("restored", r.restored),
+            ("port_gone", r.port_gone),
+            ("aged", r.aged),
+            ("full", r.full),
+        ] {
+            e.sample(
+                "flowplane_switch_takeover_entries",
+                &[("result", result)],
+                n,
+            );
+        }
     }
 
     fn status(&self, s: &mut String) {
@@ -202,6 +241,20 @@ impl View for SwitchView {
             "fib: {} entries of {} slots (capacity asked {}), {} pages; aging {:?}; learn queue {}",
             fib.len, fib.slots, self.fib_capacity, fib.pages, self.aging, self.learn_queue
         );
+        let r = &self.restored;
+        match &r.cold_reason {
+            Some(why) => {
+                let _ = writeln!(s, "start: cold ({why})");
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "start: warm: {} learned entries restored (of {} read: port gone {}, aged out \
+                     {}, FIB full {})",
+                    r.restored, r.read, r.port_gone, r.aged, r.full
+                );
+            }
+        }
         for &(m, p) in &self.statics {
             let _ = writeln!(
                 s,

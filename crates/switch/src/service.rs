@@ -7,6 +7,7 @@
 //! each port, the XDP program steering every frame to it (the worker count is capped by the
 //! smallest queue count among the ports, since a worker must be able to transmit on every port).
 
+use crate::carry::{self, Learned, Restored};
 use crate::config::SwitchConfig;
 use crate::controller::{learn_queue, ControlStats, SwitchControl};
 use crate::metrics::SwitchView;
@@ -60,6 +61,49 @@ pub struct SwitchService {
     published: Arc<Mutex<Published>>,
     age_every: Duration,
     last_age: Instant,
+    /// How this start went: learned entries of the previous run restored, or why not.
+    restored: Restored,
+}
+
+/// Put back the learned entries the previous run left in the state directory (`crate::carry`),
+/// after the statics and the preload; says how it went.
+fn restore_learned(ctl: &mut SwitchControl, cfg: &SwitchConfig) -> Restored {
+    let path = carry::path_in(&cfg.state_dir);
+    let learned = match carry::take(&path) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            let why = format!("no learned entries of a previous run in {}", path.display());
+            log(format_args!("cold start: {why}"));
+            return Restored {
+                cold_reason: Some(why),
+                ..Restored::default()
+            };
+        }
+        Err(why) => {
+            log(format_args!("cold start: {why}"));
+            return Restored {
+                cold_reason: Some(why),
+                ..Restored::default()
+            };
+        }
+    };
+    let gap_ms = carry::wall_ms().saturating_sub(learned.stopped_ms);
+    let (entries, port_gone) = learned.onto(&cfg.ports, gap_ms);
+    let (restored, aged, full) = ctl.restore(&entries, fp_engine::sys::monotonic_ns());
+    let r = Restored {
+        cold_reason: None,
+        read: learned.entries.len() as u64,
+        restored,
+        port_gone,
+        aged,
+        full,
+    };
+    log(format_args!(
+        "warm start: {} learned FIB entries of the previous run restored (of {} read: port gone \
+         {}, aged out {}, FIB full {}); the switch was down {gap_ms} ms",
+        r.restored, r.read, r.port_gone, r.aged, r.full
+    ));
+    r
 }
 
 /// Run the switch with `cfg` on live interfaces until SIGTERM/SIGINT.
@@ -77,6 +121,7 @@ impl SwitchService {
         let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
         let t = Instant::now();
         ctl.load(&cfg.preload, &cfg.statics)?;
+        let restored = restore_learned(&mut ctl, &cfg);
         if !cfg.preload.is_empty() {
             log(format_args!(
                 "preloaded {} FIB entries in {:.1} s",
@@ -100,6 +145,7 @@ impl SwitchService {
             published,
             age_every,
             last_age: Instant::now(),
+            restored,
         })
     }
 
@@ -174,6 +220,7 @@ impl Service for SwitchService {
             fib_capacity: self.cfg.fib_capacity,
             aging: self.cfg.aging,
             learn_queue: self.cfg.learn_queue,
+            restored: self.restored.clone(),
         })
     }
 
@@ -215,6 +262,31 @@ impl Service for SwitchService {
     }
 
     fn finished(&mut self, _stages: Vec<Finished<SwitchStage>>) {
+        // The workers stopped: what they queued last is applied, then the learned entries are
+        // kept for the next start.
+        self.ctl.drain();
+        let learned = Learned {
+            ports: self.cfg.ports.clone(),
+            entries: self
+                .ctl
+                .learned(fp_engine::sys::monotonic_ns())
+                .into_iter()
+                .map(|(m, p, idle)| (m, p, (idle / 1_000_000).min(u32::MAX as u64) as u32))
+                .collect(),
+            stopped_ms: carry::wall_ms(),
+        };
+        let path = carry::path_in(&self.cfg.state_dir);
+        match carry::write(&path, &learned) {
+            Ok(()) => log(format_args!(
+                "{} learned FIB entries kept for the next start in {}",
+                learned.entries.len(),
+                path.display()
+            )),
+            Err(e) => log(format_args!(
+                "warning: learned FIB entries not kept in {}: {e}",
+                path.display()
+            )),
+        }
         let st = self.ctl.stats();
         log(format_args!(
             "fib writer: learned {} moved {} aged {} static_kept {} fib_full {}",

@@ -6,7 +6,7 @@ use super::LbStage;
 use crate::carry::{Carried, CarriedEntry};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// How many entries ahead of its insert [`LbStage::import`] prefetches an entry's buckets.
@@ -47,13 +47,13 @@ pub struct ImportReport {
     pub load_ms: u64,
 }
 
-/// Where the workers report their deferred imports, by worker index.
-pub type ImportBoard = Arc<Mutex<Vec<Option<ImportReport>>>>;
+/// Where a worker reports its deferred import (set once, read by the control side).
+pub type ImportSlot = Arc<OnceLock<ImportReport>>;
 
 /// An import a worker runs on its own thread before its first receive.
 pub(super) struct Deferred {
     carried: Arc<Carried>,
-    board: ImportBoard,
+    slot: ImportSlot,
 }
 
 /// Export every worker's entries at `now_ms`, each worker on its own thread (exported and
@@ -127,39 +127,37 @@ fn merge<const N: usize>(
 
 impl LbStage {
     /// Put `carried` into this worker's tables on its own thread, before it receives its first
-    /// packet (the frames arriving meanwhile wait in its port), and report to `board`: the
-    /// workers of a start fill their tables in parallel instead of one after the other.
-    pub fn defer_import(&mut self, carried: Arc<Carried>, board: ImportBoard) {
-        self.deferred = Some(Deferred { carried, board });
+    /// packet (in its first `maintain`, which the driver runs before its first receive; or its
+    /// first burst), and report to `slot`: the workers of a start fill their tables in parallel
+    /// instead of one after the other, and the frames arriving meanwhile wait in their ports.
+    pub fn defer_import(&mut self, carried: Arc<Carried>, slot: ImportSlot) {
+        self.deferred = Some(Deferred { carried, slot });
     }
 
     /// Run the import [`defer_import`](Self::defer_import) left, if it has not run, at the
-    /// workers' clock `now_ns` (`None`: read `CLOCK_MONOTONIC`, which the driver's clock is).
-    pub(super) fn run_deferred_import(&mut self, now_ns: Option<u64>) {
+    /// workers' clock `now_ns`. Once per start, not per packet: the wall-clock reads measure the
+    /// downtime, and the report goes out through a set-once cell.
+    pub(super) fn run_deferred_import(&mut self, now_ns: u64) {
         let Some(d) = self.deferred.take() else {
             return;
         };
         let t0 = Instant::now();
         let gap = crate::carry::wall_ms().saturating_sub(d.carried.stopped_ms);
-        let now_ms = (now_ns.unwrap_or_else(fp_engine::sys::monotonic_ns) / 1_000_000) as u32;
+        let now_ms = (now_ns / 1_000_000) as u32;
         let imported = self.import(&d.carried, now_ms, gap);
         let report = ImportReport {
             imported,
             done_wall_ms: crate::carry::wall_ms(),
             load_ms: t0.elapsed().as_millis() as u64,
         };
-        let mut board = d.board.lock().unwrap_or_else(|p| p.into_inner());
-        if board.len() <= self.id {
-            board.resize(self.id + 1, None);
-        }
-        board[self.id] = Some(report);
+        let _ = d.slot.set(report);
     }
 
     /// Append every connection entry of this worker to `out`, at `now_ms` (the workers' clock:
     /// `CLOCK_MONOTONIC` in ms). Leaves the tables as they are.
     pub fn export(&mut self, now_ms: u32, out: &mut Carried) -> Exported {
         // A worker stopped before its first receive still holds what it was to carry.
-        self.run_deferred_import(Some(now_ms as u64 * 1_000_000));
+        self.run_deferred_import(now_ms as u64 * 1_000_000);
         let snap = self.snap.get().clone();
         let mut r = Exported::default();
         let mut one = |v: u64| -> Option<CarriedEntry> {

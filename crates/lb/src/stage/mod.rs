@@ -65,7 +65,7 @@
 use crate::frag::{FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
-pub use carry::{export_workers, Exported, ImportBoard, ImportReport, Imported};
+pub use carry::{export_workers, Exported, ImportReport, ImportSlot, Imported};
 use classify::classify;
 use decide::{decide, Decide};
 use emit::{icmp_limit, Emitter};
@@ -396,7 +396,7 @@ impl LbStage {
         // The driver runs a deferred import before the first receive (`admit`); a caller that
         // feeds bursts directly gets it here.
         if self.deferred.is_some() {
-            self.run_deferred_import(Some(now_ns));
+            self.run_deferred_import(now_ns);
         }
         self.follow_snapshot();
         let Self {
@@ -511,14 +511,10 @@ impl Stage for LbStage {
     }
 
     fn maintain(&mut self, now_ns: u64, _out: &mut Outputs, pool: &mut Pool) {
-        LbStage::maintain(self, now_ns, pool);
-    }
-
-    #[inline]
-    fn admit(&mut self, _port: usize, _out: &Outputs) -> bool {
+        // The driver's first call comes before the worker's first receive.
         if self.deferred.is_some() {
-            self.run_deferred_import(None);
+            self.run_deferred_import(now_ns);
         }
-        true
+        LbStage::maintain(self, now_ns, pool);
     }
 }
