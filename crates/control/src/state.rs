@@ -19,6 +19,14 @@ pub fn state_directory() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/lib/flowplane"))
 }
 
+/// Wall-clock ms since the Unix epoch: when a process stopped, so that its successor can tell how
+/// long nothing ran.
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Write `bytes` to `path` readable by its owner only (mode 0600 whatever the umask), through a
 /// temporary file synced and renamed into place, so a crash never leaves half a file; creates
 /// the directory.

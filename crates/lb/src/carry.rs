@@ -143,12 +143,7 @@ pub fn path_of(cfg: &LbConfig) -> PathBuf {
     crate::seed::state_dir_of(cfg).join("connections")
 }
 
-/// Wall-clock ms since the Unix epoch.
-pub fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use fp_control::state::wall_ms;
 
 fn addr_bytes(a: IpAddr) -> [u8; 16] {
     match a {

@@ -82,12 +82,7 @@ pub fn path_in(dir: &Path) -> PathBuf {
     dir.join("switch-fib")
 }
 
-/// Wall-clock ms since the Unix epoch.
-pub fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use fp_control::state::wall_ms;
 
 /// The file's bytes.
 pub fn encode(l: &Learned) -> Vec<u8> {
