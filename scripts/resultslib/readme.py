@@ -83,16 +83,22 @@ def t_lb(runs):
     text += cache_table(r, "conns", "connection table")
     takeovers = sorted(r.find("takeover_ms"), key=lambda x: x["params"]["entries"])
     if takeovers:
+        def at_start(t):
+            w = t["params"].get("workers", 1)
+            if w == 1:
+                return "per worker at the start"
+            return f"at the start with {w} workers filling their tables in parallel"
+
         parts = [
             f"{t['params']['entries'] / 1e6:.2f} million entries: {num(t['params']['stop_ms'])} ms at "
-            f"the stop, {num(t['params']['start_ms'])} ms per worker at the start "
+            f"the stop, {num(t['params']['start_ms'])} ms {at_start(t)} "
             f"({t['params']['file_bytes'] / 1e6:.0f} MB)"
             for t in takeovers
         ]
         text += (
             "\n\nA restart that carries the connections (the entries the worker tracked at the end, "
-            "written to the state directory by the stopping process and put into a new worker's tables "
-            "by the next): " + "; ".join(parts) + "."
+            "written to the state directory by the stopping process and put into the new workers' "
+            "tables by the next): " + "; ".join(parts) + "."
         )
     return text + "\n\n" + source(r)
 

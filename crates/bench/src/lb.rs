@@ -312,9 +312,10 @@ pub fn run(a: LbArgs) -> Result<()> {
 }
 
 /// What a restart costs with the workers' connections carried (`fp_lb::carry`), as the service
-/// does it: the stopping process exports its workers' entries (each worker on its own thread),
-/// de-duplicates and writes them; the next start reads them and each of its `WORKERS` workers fills
-/// its new tables on its own thread, in parallel. Each part timed once.
+/// does it: the stopping process exports the benchmark worker's entries (`export_workers`, which
+/// runs one thread per worker), de-duplicates and writes them; the next start reads them and each
+/// of its `WORKERS` workers fills its new tables on its own thread, in parallel. Each part timed
+/// once.
 fn takeover(
     rep: &mut Report,
     mut w: LbStage,
