@@ -111,7 +111,7 @@ pub struct Takeover {
     pub full: u64,
     /// From the predecessor's workers stopping to this process's workers running, in ms.
     pub gap_ms: Option<u64>,
-    /// Time spent reading the file and filling the tables, in ms.
+    /// The slowest worker's time filling its tables with the entries, in ms.
     pub load_ms: u64,
 }
 

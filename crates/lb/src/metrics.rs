@@ -316,7 +316,7 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
     o.single(
         "flowplane_takeover_load_seconds",
         Kind::Gauge,
-        "Time this start spent putting the carried connection entries into the workers' tables.",
+        "Time this start spent putting the carried connection entries into the workers' tables (the slowest worker; they fill theirs in parallel).",
         tk.load_ms as f64 / 1000.0,
     );
     o.family(

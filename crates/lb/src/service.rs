@@ -227,7 +227,8 @@ impl LbService {
         };
         if reports.len() < workers {
             log(format_args!(
-                "warning: {} of {workers} worker(s) filled their tables with the carried entries                  within {IMPORT_WAIT:?}",
+                "warning: {} of {workers} worker(s) filled their tables with the carried entries \
+                 within {IMPORT_WAIT:?}",
                 reports.len()
             ));
         }

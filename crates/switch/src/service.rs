@@ -69,16 +69,11 @@ pub struct SwitchService {
 /// after the statics and the preload; says how it went.
 fn restore_learned(ctl: &mut SwitchControl, cfg: &SwitchConfig) -> Restored {
     let path = carry::path_in(&cfg.state_dir);
-    let learned = match carry::take(&path) {
-        Ok(Some(l)) => l,
-        Ok(None) => {
-            let why = format!("no learned entries of a previous run in {}", path.display());
-            log(format_args!("cold start: {why}"));
-            return Restored {
-                cold_reason: Some(why),
-                ..Restored::default()
-            };
-        }
+    let found = carry::take(&path).and_then(|l| {
+        l.ok_or_else(|| format!("no learned entries of a previous run in {}", path.display()))
+    });
+    let learned = match found {
+        Ok(l) => l,
         Err(why) => {
             log(format_args!("cold start: {why}"));
             return Restored {
