@@ -4,6 +4,7 @@
 use super::conn::{entry, entry_backend, entry_seen, entry_set, is_embryonic, EMBRYONIC};
 use super::LbStage;
 use crate::carry::{Carried, CarriedEntry};
+use fp_cuckoo::{GeneralMap, Writer};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
@@ -11,6 +12,30 @@ use std::time::Instant;
 
 /// How many entries ahead of its insert [`LbStage::import`] prefetches an entry's buckets.
 const AHEAD: usize = 8;
+
+/// Insert `entries` into `table`, each with the value `value` gives it (`None`: left out, counted
+/// by `value`); returns (inserted, refused by a full table). Each insert's two buckets are
+/// prefetched [`AHEAD`] entries earlier: the entries come in key order, which is random in the
+/// table, so an insert alone waits for two cache misses.
+fn fill<const N: usize>(
+    table: &mut Writer<GeneralMap<[u8; N], u64>>,
+    entries: &[([u8; N], CarriedEntry)],
+    value: &mut impl FnMut(&CarriedEntry) -> Option<u64>,
+) -> (u64, u64) {
+    let (mut inserted, mut full) = (0, 0);
+    for (i, (k, e)) in entries.iter().enumerate() {
+        if let Some((k, _)) = entries.get(i + AHEAD) {
+            table.prefetch(*k);
+        }
+        if let Some(v) = value(e) {
+            match table.insert(*k, v) {
+                Ok(_) => inserted += 1,
+                Err(_) => full += 1,
+            }
+        }
+    }
+    (inserted, full)
+}
 
 /// What [`LbStage::export`] left out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -222,31 +247,9 @@ impl LbStage {
             Some(entry(id, seen) | if e.embryonic { EMBRYONIC } else { 0 })
         };
         let t = &mut self.tables;
-        let (mut carried, mut full) = (0, 0);
-        // Each insert's two buckets are prefetched AHEAD entries earlier: the entries come in key
-        // order, which is random in the table, so an insert alone waits for two cache misses.
-        for (i, (k, e)) in c.v4.iter().enumerate() {
-            if let Some((k, _)) = c.v4.get(i + AHEAD) {
-                t.conn4.prefetch(*k);
-            }
-            if let Some(v) = value(e) {
-                match t.conn4.insert(*k, v) {
-                    Ok(_) => carried += 1,
-                    Err(_) => full += 1,
-                }
-            }
-        }
-        for (i, (k, e)) in c.v6.iter().enumerate() {
-            if let Some((k, _)) = c.v6.get(i + AHEAD) {
-                t.conn6.prefetch(*k);
-            }
-            if let Some(v) = value(e) {
-                match t.conn6.insert(*k, v) {
-                    Ok(_) => carried += 1,
-                    Err(_) => full += 1,
-                }
-            }
-        }
+        let (c4, f4) = fill(&mut t.conn4, &c.v4, &mut value);
+        let (c6, f6) = fill(&mut t.conn6, &c.v6, &mut value);
+        let (carried, full) = (c4 + c6, f4 + f6);
         r.carried = carried;
         r.full = full;
         self.stats.set_occupancy(
