@@ -60,12 +60,17 @@ echo "$out" | grep -q "restarting" && fail "upgrade restarted a balancer that wa
 rm -f /var/lib/flowplane/upgrade-probe
 
 # The upgrade of a running balancer, with systemctl and deb-systemd-invoke stood in for by
-# scripts that record what they are asked: a valid configuration restarts it (try-restart), one
-# the new binary refuses leaves it running and says why.
+# scripts that record what they are asked, and the balancer by a process that answers SIGUSR2
+# the way systemd sees a handover (the main PID changes): a valid configuration is handed over
+# (SIGUSR2, no restart); one with [bgp] is restarted (try-restart); one the new binary refuses
+# leaves the balancer running and says why.
 fake=$(mktemp -d)
 cat > "$fake/systemctl" <<'SH'
 #!/bin/sh
 echo "systemctl $*" >> "$FAKE_LOG"
+case "$*" in
+  *show*MainPID*) cat "$FAKE_PID" ;;
+esac
 exit 0
 SH
 cat > "$fake/deb-systemd-invoke" <<'SH'
@@ -76,12 +81,34 @@ SH
 chmod 755 "$fake/systemctl" "$fake/deb-systemd-invoke"
 postinst=/var/lib/dpkg/info/flowplane.postinst
 [ -x "$postinst" ] || fail "$postinst missing"
-export FAKE_LOG="$fake/log"
+export FAKE_LOG="$fake/log" FAKE_PID="$fake/pid"
+sh -c 'trap "echo 4194000 > \"$FAKE_PID\"" USR2; while :; do sleep 0.1; done' &
+main=$!
+echo "$main" > "$FAKE_PID"
 version=$(dpkg-query -W -f='${Version}' flowplane)
 PATH="$fake:$PATH" "$postinst" configure "$version" >"$fake/out" 2>&1 \
-  || fail "postinst (upgrade, service running): $(cat "$fake/out")"
+  || { kill "$main"; fail "postinst (upgrade, service running): $(cat "$fake/out")"; }
+kill "$main"
+grep -q "hands over to the upgraded binary" "$fake/out" \
+  || fail "postinst did not hand the running balancer over: $(cat "$FAKE_LOG" "$fake/out")"
+grep -q "deb-systemd-invoke" "$FAKE_LOG" \
+  && fail "postinst restarted a balancer that handed over: $(cat "$FAKE_LOG" "$fake/out")"
+: > "$FAKE_LOG"
+cp /etc/default/flowplane "$fake/default"
+cfg=$(sh -c '. /etc/default/flowplane; echo "${FLOWPLANE_CONFIG:-/etc/flowplane/flowplane.toml}"')
+# (a BGP deployment names its seed: the balancers share it)
+{ sed 's/^\[balancer\]$/[balancer]\nseed = 1/' "$cfg"
+  printf '\n[bgp]\nlocal_as = 65001\npeer = "10.0.0.1"\npeer_as = 65000\n'; } > "$fake/bgp.toml"
+echo "FLOWPLANE_CONFIG=$fake/bgp.toml" >> /etc/default/flowplane
+echo 1 > "$FAKE_PID"
+PATH="$fake:$PATH" "$postinst" configure "$version" >"$fake/out" 2>&1 \
+  || { cp "$fake/default" /etc/default/flowplane; fail "postinst (bgp): $(cat "$fake/out")"; }
+cp "$fake/default" /etc/default/flowplane
+/usr/bin/flowplane check --quiet --config "$fake/bgp.toml" >/dev/null 2>&1 \
+  || fail "the [bgp] configuration of this test is refused: $(/usr/bin/flowplane check --config "$fake/bgp.toml" 2>&1)"
 grep -q "^deb-systemd-invoke try-restart flowplane.service" "$FAKE_LOG" \
-  || fail "postinst did not restart the running balancer: $(cat "$FAKE_LOG" "$fake/out")"
+  || fail "postinst did not restart a balancer with [bgp]: $(cat "$FAKE_LOG" "$fake/out")"
+grep -q "hands over" "$fake/out" && fail "postinst tried a handover with [bgp]: $(cat "$fake/out")"
 : > "$FAKE_LOG"
 cp /etc/default/flowplane "$fake/default"
 printf '[balancer]\nbogus = 1\n' > "$fake/bad.toml"

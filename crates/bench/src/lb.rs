@@ -95,7 +95,7 @@ fn flow(i: u64) -> Endpoints {
     }
 }
 
-fn parse_count(s: &str) -> Result<u64> {
+pub(crate) fn parse_count(s: &str) -> Result<u64> {
     let s = s.trim();
     let (n, m) = match s.chars().last() {
         Some('K' | 'k') => (&s[..s.len() - 1], 1_000),
@@ -306,9 +306,122 @@ pub fn run(a: LbArgs) -> Result<()> {
             t.get(Outcome::ConnFull) == 0,
             "the benchmark table filled up"
         );
-        takeover(&mut rep, w, &snaps, a.common.seed)?;
+        let mut w = w;
+        let handed = handover(&mut w, &snaps, a.common.seed, n)?;
+        let restart_ms = takeover(&mut rep, w, &snaps, a.common.seed)?;
+        for h in handed {
+            rep.note(&format!(
+                "handover of {} entries, {} seen since its checkpoint: checkpoint while \
+                 forwarding {:.0} ms, the successor's {} workers fill their tables {:.0} ms (both \
+                 before the cut-over); at the cut-over: delta export {:.1} ms, transfer {:.1} \
+                 ms, import {:.1} ms",
+                h.entries,
+                h.delta,
+                h.checkpoint_ms,
+                HANDOVER_WORKERS,
+                h.fill_ms,
+                h.export_ms,
+                h.transfer_ms,
+                h.import_ms
+            ));
+            let gap = h.export_ms + h.transfer_ms + h.import_ms;
+            rep.add(
+                Record::lower("handover_gap_ms", gap, "ms")
+                    .param("entries", h.entries)
+                    .param("delta", h.delta)
+                    .param("workers", HANDOVER_WORKERS)
+                    .param("checkpoint_ms", (h.checkpoint_ms * 10.0).round() / 10.0)
+                    .param("fill_ms", (h.fill_ms * 10.0).round() / 10.0)
+                    .param("ports", "not included: see docs/operations.md")
+                    .peer("stop_start_via_state_file", restart_ms),
+            )?;
+        }
     }
     rep.finish()
+}
+
+/// Workers of the successor in [`handover`].
+const HANDOVER_WORKERS: usize = 2;
+
+/// One measured cut-over of [`handover`].
+struct Handed {
+    entries: usize,
+    delta: usize,
+    checkpoint_ms: f64,
+    fill_ms: f64,
+    export_ms: f64,
+    transfer_ms: f64,
+    import_ms: f64,
+}
+
+/// What the overlapped handover costs (`fp_service::handover`, as `flowplane run` does it), for
+/// a worker holding `w`'s entries: the checkpoint is read through the tables' readers while the
+/// worker could forward, encoded, decoded and put into [`HANDOVER_WORKERS`] new workers' tables
+/// in parallel (all before the cut-over); then a share of the tracked flows sends a packet (their
+/// entries' last-seen times move on: the delta), and the cut-over is timed — the delta's export
+/// (a scan of the stopped worker's tables for entries seen since the checkpoint), its encoding
+/// and decoding (the transfer, without the socket) and its import into the new workers. Two
+/// deltas: 1 % and 10 % of the tracked flows. Not included: stopping the old workers and
+/// releasing or opening the ports (measured live, see docs/operations.md).
+fn handover(
+    w: &mut LbStage,
+    snaps: &Arc<Published<Snapshot>>,
+    seed: u64,
+    n: u64,
+) -> Result<Vec<Handed>> {
+    use fp_lb::carry;
+    // The workers' clock (ms): the tracked flows were last seen at 1 s and 2 s.
+    let cp_ms = 3_000;
+    let t = Instant::now();
+    let (c, _) = fp_lb::stage::checkpoint(&[w.conn_readers()], &snaps.load(), cp_ms);
+    let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+    let entries = c.len();
+    let c = carry::decode(&carry::encode(&c)).map_err(|e| anyhow::anyhow!(e))?;
+    let mut fresh = (0..HANDOVER_WORKERS)
+        .map(|k| LbStage::new(k, snaps.clone(), seed ^ 7 ^ k as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let t = Instant::now();
+    fp_lb::stage::import_workers(&mut fresh, &c, cp_ms, 0);
+    let fill_ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(c);
+    let mut out = Vec::new();
+    let mut pool = Pool::new(4 * MAX_BURST);
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed ^ 0x4A4D);
+    let mut touched = 0u64;
+    for (share, at_ns) in [(0.01, 4_500_000_000u64), (0.10, 6_000_000_000)] {
+        // Flows (of the n established) send a packet after the checkpoint, until `share` of
+        // them have (a few twice: drawn at random).
+        let more = ((n as f64 * share) as u64).saturating_sub(touched);
+        let frames = Frames::new((0..more).map(|_| craft::tcp(&flow(rng.gen_range(0..n)), false)));
+        drive(&frames, 0, more as usize, &mut pool, |rx, tx, pool| {
+            w.process(rx, tx, pool, at_ns)
+        });
+        touched += more;
+        let now_ms = (at_ns / 1_000_000) as u32 + 1;
+        let t = Instant::now();
+        let (d, _) = fp_lb::stage::export_workers_since(&mut [&mut *w], now_ms, Some(cp_ms));
+        let export_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let d = carry::decode(&carry::encode(&d)).map_err(|e| anyhow::anyhow!(e))?;
+        let transfer_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let r = fp_lb::stage::import_workers(&mut fresh, &d, now_ms, 0);
+        let import_ms = t.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(
+            r.iter().all(|r| r.carried as usize == d.len()),
+            "a delta import lost entries: {r:?}"
+        );
+        out.push(Handed {
+            entries,
+            delta: d.len(),
+            checkpoint_ms,
+            fill_ms,
+            export_ms,
+            transfer_ms,
+            import_ms,
+        });
+    }
+    Ok(out)
 }
 
 /// What a restart costs with the workers' connections carried (`fp_lb::carry`), as the service
@@ -321,11 +434,12 @@ fn takeover(
     mut w: LbStage,
     snaps: &Arc<Published<Snapshot>>,
     seed: u64,
-) -> Result<()> {
+) -> Result<f64> {
     use fp_lb::carry;
     const WORKERS: usize = 2;
     let path = std::env::temp_dir().join(format!("fp-bench-carry-{}", std::process::id()));
-    let now_ms = 2_000;
+    // After every packet the benchmark (and `handover`) sent.
+    let now_ms = 7_000;
     let t = Instant::now();
     let (c, _) = fp_lb::stage::export_workers(&mut [&mut w], now_ms);
     let export_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -376,7 +490,7 @@ fn takeover(
             .param("start_ms", (start * 10.0).round() / 10.0)
             .param("file_bytes", bytes),
     )?;
-    Ok(())
+    Ok(stop + start)
 }
 
 /// The SYN-flood guard's cases (see the module doc): a worker whose table of `n` entries is full

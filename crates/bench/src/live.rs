@@ -76,10 +76,10 @@ pub struct LiveArgs {
     pub rounds: Option<usize>,
 }
 
-const SENDER_IP: &str = "10.77.0.1";
-const BACKEND_IP: &str = "10.77.0.3";
-const BALANCER_IP: &str = "10.77.0.2";
-const VIP: &str = "203.0.113.77";
+pub(crate) const SENDER_IP: &str = "10.77.0.1";
+pub(crate) const BACKEND_IP: &str = "10.77.0.3";
+pub(crate) const BALANCER_IP: &str = "10.77.0.2";
+pub(crate) const VIP: &str = "203.0.113.77";
 const FLOWS: usize = 1024;
 
 /// Counters read at the start and end of a measurement window.
@@ -122,12 +122,12 @@ fn process_cpu_ns(pid: u32) -> (u64, u64) {
     (ticks(11) * clock_tick_ns(), ticks(12) * clock_tick_ns())
 }
 
-struct Bed {
-    _net: TestNet,
-    sender: Netns,
-    balancer: Netns,
-    balancer_mac: [u8; 6],
-    sender_mac: [u8; 6],
+pub(crate) struct Bed {
+    pub(crate) _net: TestNet,
+    pub(crate) sender: Netns,
+    pub(crate) balancer: Netns,
+    pub(crate) balancer_mac: [u8; 6],
+    pub(crate) sender_mac: [u8; 6],
 }
 
 /// The balancer's workers and the veth's queues of a case (`af_xdp_2q_2w`: 2 queues, 2 workers).
@@ -143,7 +143,7 @@ fn queues_workers(case: &str) -> (u32, u32) {
     qw
 }
 
-fn bed(queues: u32) -> Result<Bed> {
+pub(crate) fn bed(queues: u32) -> Result<Bed> {
     let net = TestNet::new("bench-live")?;
     let s = net.ns("snd")?;
     let l = net.ns("lb")?;
@@ -174,7 +174,7 @@ fn bed(queues: u32) -> Result<Bed> {
 /// The sender: frames of `FLOWS` flows to the VIP, as fast as the socket takes them.
 /// `rate`: frames per second to offer (bursts paced by sleeping until each is due), or as fast
 /// as the socket takes them.
-fn start_sender(
+pub(crate) fn start_sender(
     b: &Bed,
     stop: Arc<AtomicBool>,
     offered: Arc<AtomicU64>,

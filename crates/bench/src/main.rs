@@ -36,6 +36,7 @@ mod env;
 mod fib;
 mod flowcache;
 mod flowstate;
+mod handover;
 mod heap;
 mod lb;
 mod live;
@@ -79,6 +80,9 @@ pub enum BenchCmd {
     Lb(lb::LbArgs),
     /// The load balancer on veth per port type (AF_PACKET, AF_XDP) next to kernel forwarding.
     Live(live::LiveArgs),
+    /// The forwarding gap of restarting the live balancer with 1M tracked connections: the
+    /// overlapped handover against stop-then-start through the state directory.
+    Handover(handover::HandoverArgs),
     /// CuckooSwitch forwarding: Mpps vs FIB size with the factor analysis, vs FIB update rate.
     Switch(switch::SwitchArgs),
     /// SetSep partition table and the ScaleBricks cluster.
@@ -114,6 +118,7 @@ fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Fib(a) => fib::run(a),
         BenchCmd::Lb(a) => lb::run(a),
         BenchCmd::Live(a) => live::run(a),
+        BenchCmd::Handover(a) => handover::run(a),
         BenchCmd::Switch(a) => switch::run(a),
         BenchCmd::Flowcache(a) => flowcache::run(a),
         BenchCmd::Setsep(a) => setsep::run(a),

@@ -953,6 +953,7 @@ mod live {
         let port_driver = fp_engine::live::driver(driver).map_err(|e| anyhow::anyhow!(e))?;
         let spec = LiveSpec {
             ring_bytes: Some(4 << 20),
+            hold: false,
             ..LiveSpec::new(&["p0", "p1"], 1, Capture::All)
         };
         let opened = b.sw.enter(move || port_driver.open(&spec))??;

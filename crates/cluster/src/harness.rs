@@ -74,6 +74,7 @@ pub fn open(external: &[&str], interconnect: &str, driver: &str) -> Result<NodeP
     names.push(interconnect);
     let spec = LiveSpec {
         ring_bytes: Some(RING_BYTES),
+        hold: false,
         ..LiveSpec::new(&names, 1, Capture::All)
     };
     let mut opened = d.open(&spec)?;

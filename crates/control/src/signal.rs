@@ -21,6 +21,7 @@ use std::time::Duration;
 
 static HUP: AtomicBool = AtomicBool::new(false);
 static TERM: AtomicBool = AtomicBool::new(false);
+static USR2: AtomicBool = AtomicBool::new(false);
 /// The write end of the wake-up pipe, once made (-1 before).
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 /// The pipe itself, made once per process.
@@ -35,6 +36,11 @@ fn wake() {
 
 extern "C" fn on_hup(_: libc::c_int) {
     HUP.store(true, Ordering::Release);
+    wake();
+}
+
+extern "C" fn on_usr2(_: libc::c_int) {
+    USR2.store(true, Ordering::Release);
     wake();
 }
 
@@ -99,6 +105,24 @@ impl ReloadSignal {
     /// Whether `SIGHUP` arrived since the last call; clears the flag.
     pub fn take(&self) -> bool {
         HUP.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// `SIGUSR2` ⇒ "start a successor from the binary's path and hand over to it" (a hitless
+/// restart or upgrade).
+#[derive(Clone, Copy, Debug)]
+pub struct UpgradeSignal(());
+
+impl UpgradeSignal {
+    /// Install the `SIGUSR2` handler.
+    pub fn install() -> io::Result<UpgradeSignal> {
+        sys::install_handler(libc::SIGUSR2, on_usr2)?;
+        Ok(UpgradeSignal(()))
+    }
+
+    /// Whether `SIGUSR2` arrived since the last call; clears the flag.
+    pub fn take(&self) -> bool {
+        USR2.swap(false, Ordering::AcqRel)
     }
 }
 

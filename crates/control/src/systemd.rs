@@ -149,6 +149,12 @@ impl Notifier {
         }
     }
 
+    /// This process is the service's main process from now on (`MAINPID=`): a successor that
+    /// took over from the process systemd started (the unit needs `NotifyAccess=all`).
+    pub fn main_pid(&mut self) {
+        self.send(&format!("MAINPID={}", std::process::id()));
+    }
+
     /// A free-form status line (`systemctl status` shows it).
     pub fn status(&mut self, status: &str) {
         self.send(&format!("STATUS={}", one_line(status)));

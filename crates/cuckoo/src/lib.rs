@@ -373,6 +373,34 @@ macro_rules! read_methods {
 
 impl<L: Layout> Reader<L> {
     read_methods!(get_batch);
+
+    /// Visit the entries of `count` buckets from bucket `start` (wrapping) while the writer keeps
+    /// writing: a copy of the table for a checkpoint, taken without stopping its owner. Every
+    /// entry visited is one some bucket held at some instant (each bucket is read under the
+    /// version protocol), but the scan as a whole is not one instant: an entry written after its
+    /// bucket was visited is not seen, and an entry a cuckoo path moves backwards across the
+    /// scan position can be missed (or seen twice when moved forwards) — compare
+    /// [`moved`](Self::moved) before and after to know that none was. Returns the bucket to
+    /// continue from.
+    pub fn scan_range(
+        &self,
+        start: usize,
+        count: usize,
+        f: impl FnMut(&L::Key, &L::Value),
+    ) -> usize {
+        self.table.scan_range(start, count, f)
+    }
+
+    /// Number of buckets (the unit of [`scan_range`](Self::scan_range)).
+    pub fn buckets(&self) -> usize {
+        self.table.n_buckets()
+    }
+
+    /// Entries the writer has moved along cuckoo paths since the table was made: unchanged
+    /// across a [`scan_range`](Self::scan_range), the scan missed no entry present throughout.
+    pub fn moved(&self) -> u64 {
+        self.table.moved()
+    }
 }
 
 impl<L: Layout> Writer<L> {

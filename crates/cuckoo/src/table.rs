@@ -73,6 +73,9 @@ pub(crate) struct RawTable<L: Layout> {
     n_buckets: u64,
     seed: u64,
     len: AtomicUsize,
+    /// Entries moved along cuckoo paths, ever (written by the writer only; read by
+    /// [`scan_range`](Self::scan_range)'s callers to tell whether a scan may have missed one).
+    moved: AtomicU64,
     max_depth: usize,
     max_nodes: usize,
 }
@@ -403,6 +406,7 @@ impl<L: Layout> RawTable<L> {
             n_buckets,
             seed: cfg.seed,
             len: AtomicUsize::new(0),
+            moved: AtomicU64::new(0),
             max_depth: cfg.max_search_depth,
             max_nodes: cfg.max_search_nodes,
         })
@@ -752,6 +756,8 @@ impl<L: Layout> RawTable<L> {
             self.unlock(from_b, to_b, old);
         }
         let moved = search.path.len() - 1;
+        let total = self.moved.load(Ordering::Relaxed);
+        self.moved.store(total + moved as u64, Ordering::Release);
         search.moves += moved as u64;
         search.longest = search.longest.max(moved);
         Ok(*search.path.last().expect("path has a root"))
@@ -833,6 +839,57 @@ impl<L: Layout> RawTable<L> {
             }
         }
         (first, second)
+    }
+
+    /// Entries moved along cuckoo paths since the table was made.
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Acquire)
+    }
+
+    /// Reader side: visit the entries of buckets `start..start + count` (wrapping) while the
+    /// writer may write. Each bucket is copied under the version protocol (read its counter, copy
+    /// its slots, re-check; a bucket being written is read again), so every entry visited is one
+    /// the bucket held at some instant, never a torn one. Entries a cuckoo path moves from a
+    /// bucket not yet visited to one already visited during the scan are missed, and entries
+    /// moved the other way are visited twice: callers that must see every entry compare
+    /// [`moved`](Self::moved) before and after. Returns the next bucket.
+    pub(crate) fn scan_range(
+        &self,
+        start: usize,
+        count: usize,
+        mut f: impl FnMut(&L::Key, &L::Value),
+    ) -> usize {
+        let v = self.view();
+        let n = self.n_buckets as usize;
+        let mut b = start % n.max(1);
+        let mut copy: [Option<(L::Key, L::Raw)>; SLOTS] = [None; SLOTS];
+        for _ in 0..count.min(n) {
+            let c = v.version(b as u64);
+            loop {
+                let before = c.load(Ordering::Acquire);
+                if before & 1 != 0 {
+                    sync::spin();
+                    continue;
+                }
+                for (s, out) in copy.iter_mut().enumerate() {
+                    let slot = v.slot(b as u64, s);
+                    *out = (!self.layout.is_empty(slot))
+                        .then(|| (self.layout.slot_key(slot), self.layout.slot_raw(slot)));
+                }
+                fence(Ordering::Acquire);
+                if c.load(Ordering::Relaxed) == before {
+                    break;
+                }
+            }
+            for (k, raw) in copy.iter().flatten() {
+                f(k, &self.layout.decode(*raw));
+            }
+            b += 1;
+            if b == n {
+                b = 0;
+            }
+        }
+        b
     }
 
     /// Visit the entries of buckets `start..start + count` (wrapping), removing those for which `f`

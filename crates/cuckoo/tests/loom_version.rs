@@ -124,3 +124,41 @@ fn reader_sees_old_or_new_value_of_an_update() {
         assert!(seen == Some(1) || seen == Some(2), "{seen:?}");
     });
 }
+
+/// A reader scanning the whole table while the writer displaces an entry: every entry it visits
+/// is whole (its key with its own value), the entries that do not move are visited exactly once,
+/// and when the writer's move counter did not change across the scan, the moved entry was
+/// visited too.
+#[test]
+fn scan_sees_whole_entries_and_reports_a_move_it_may_have_missed() {
+    loom::model(|| {
+        let (mut w, r, s) = loaded();
+        let reader = loom::thread::spawn({
+            let r = r.clone();
+            move || {
+                let before = r.moved();
+                let mut seen = Vec::new();
+                r.scan_range(0, r.buckets(), |k, v| seen.push((*k, *v)));
+                (seen, r.moved() != before)
+            }
+        });
+        w.insert(s.new, 99).unwrap();
+        let (seen, moved_during) = reader.join().unwrap();
+        for &(k, v) in &seen {
+            let want = if k == s.moved {
+                41
+            } else if k == s.new {
+                99
+            } else {
+                7
+            };
+            assert_eq!(v, want, "key {k} with another key's value");
+        }
+        for k in &s.others {
+            assert_eq!(seen.iter().filter(|(x, _)| x == k).count(), 1, "key {k}");
+        }
+        if !moved_during {
+            assert!(seen.iter().any(|(k, _)| *k == s.moved));
+        }
+    });
+}

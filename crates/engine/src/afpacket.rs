@@ -187,6 +187,11 @@ pub struct AfPacketConfig {
     pub tx_wait: Duration,
     /// Socket send buffer in bytes (`SO_SNDBUFFORCE`, else `SO_SNDBUF`); `None`: the system's.
     pub sndbuf: Option<u32>,
+    /// Open the socket holding: a socket filter that drops every frame is attached before the
+    /// socket binds, so it receives nothing (and its ring stays empty) until
+    /// [`AfPacketPort::release_handle`]'s release removes it. A process taking over from another
+    /// opens its sockets this way while the other still forwards.
+    pub held: bool,
 }
 
 /// Block size and count for a receive ring of about `bytes`: at low rates every block is retired
@@ -213,6 +218,7 @@ impl Default for AfPacketConfig {
             ignore_outgoing: true,
             qdisc_bypass: true,
             complete_checksums: true,
+            held: false,
             port_id: 0,
             tx_wait: Duration::from_millis(1),
             sndbuf: None,
@@ -395,6 +401,10 @@ impl AfPacketPort {
                     .map_err(sys_err("SO_SNDBUF"))?;
             }
         }
+        if cfg.held {
+            sock.drop_all()
+                .map_err(sys_err("SO_ATTACH_FILTER (hold)"))?;
+        }
         sock.bind(ifindex).map_err(sys_err("bind"))?;
         if cfg.promisc {
             sock.promisc(ifindex)
@@ -438,6 +448,13 @@ impl AfPacketPort {
             kernel: Cell::new((0, 0)),
             last_ts: 0,
         })
+    }
+
+    /// What releases a socket opened with [`AfPacketConfig::held`]: removes its drop-everything
+    /// filter (from any thread, while a worker owns the port). Releasing a socket that does not
+    /// hold is harmless.
+    pub fn release_handle(&self) -> io::Result<Release> {
+        Ok(Release(self.sock.duplicate()?))
     }
 
     /// The interface.
@@ -734,6 +751,16 @@ impl std::fmt::Debug for AfPacketPort {
     }
 }
 
+/// Releases an AF_PACKET socket opened holding ([`AfPacketConfig::held`]).
+pub struct Release(sys::Socket);
+
+impl Release {
+    /// Remove the socket's drop-everything filter: it receives from now on.
+    pub fn release(&self) -> io::Result<()> {
+        self.0.detach_filter()
+    }
+}
+
 /// The AF_PACKET port driver ([`crate::live::DRIVERS`]): per interface, one socket per worker in
 /// a `PACKET_FANOUT_HASH` group, so the kernel's flow hash spreads flows over the workers. It
 /// delivers every frame of the interface to the application (it cannot filter by destination;
@@ -761,6 +788,10 @@ impl crate::live::PortDriver for AfPacketDriver {
         false
     }
 
+    fn holds(&self) -> bool {
+        true
+    }
+
     fn open(
         &self,
         spec: &crate::live::LiveSpec,
@@ -776,6 +807,7 @@ impl crate::live::PortDriver for AfPacketDriver {
             let mut cfg = AfPacketConfig {
                 promisc: spec.capture == Capture::All,
                 port_id: i as u16,
+                held: spec.hold,
                 ..AfPacketConfig::default()
             };
             if let Some(bytes) = spec.ring_bytes {
@@ -787,6 +819,15 @@ impl crate::live::PortDriver for AfPacketDriver {
                     message: format!("opening AF_PACKET sockets: {e}"),
                 })?;
             groups.push(socks[0].fanout_group().unwrap_or(0));
+            if spec.hold {
+                for s in &socks {
+                    let r = s.release_handle().map_err(|e| LiveError::Open {
+                        interface: ifname.clone(),
+                        message: format!("duplicating a socket to release it later: {e}"),
+                    })?;
+                    control.releases.push(Box::new(move || r.release()));
+                }
+            }
             for (w, s) in socks.into_iter().enumerate() {
                 ports[w].push(Box::new(s));
             }
@@ -961,6 +1002,36 @@ mod sys {
                     &mut len,
                 ))?;
                 Ok(v)
+            }
+        }
+
+        /// Another descriptor of the same socket (its options are the socket's).
+        pub fn duplicate(&self) -> io::Result<Socket> {
+            Ok(Socket(self.0.try_clone()?))
+        }
+
+        /// Attach a classic BPF socket filter that accepts nothing (`ret #0`): frames are dropped
+        /// before they reach the ring or the fan-out group's accounting of this socket.
+        pub fn drop_all(&self) -> io::Result<()> {
+            let mut code = [libc::sock_filter {
+                code: (libc::BPF_RET | libc::BPF_K) as u16,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            }];
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: code.as_mut_ptr(),
+            };
+            self.setopt(libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+        }
+
+        /// Remove the socket filter, if any.
+        pub fn detach_filter(&self) -> io::Result<()> {
+            match self.setopt(libc::SOL_SOCKET, libc::SO_DETACH_FILTER, &0i32) {
+                // ENOENT: no filter attached.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+                r => r,
             }
         }
 

@@ -105,6 +105,10 @@ pub struct Options {
     pub max_backlog: usize,
     /// Most frames taken from a port at once (1..=`MAX_BURST`).
     pub burst: usize,
+    /// A worker that ends leaves its ports open in [`Finished::open_ports`] instead of closing
+    /// them on its thread (an application handing over to a successor closes them after its
+    /// last step).
+    pub keep_ports_open: bool,
 }
 
 impl Options {
@@ -134,6 +138,7 @@ impl Default for Options {
             drain: Duration::ZERO,
             max_backlog: 8 * MAX_BURST,
             burst: MAX_BURST,
+            keep_ports_open: false,
         }
     }
 }
@@ -207,6 +212,18 @@ pub struct Finished<S> {
     /// CPU time the worker's thread used, in ns (read by [`Core::into_finished`] on the thread
     /// that ran the worker).
     pub cpu_ns: u64,
+    /// The worker's ports, still open when [`start`]'s workers end with
+    /// [`Options::keep_ports_open`] (closing a socket waits for the kernel's RCU grace period,
+    /// milliseconds an application handing over to a successor need not spend before its last
+    /// step): closed by [`Finished::close_ports`] or with this.
+    pub open_ports: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl<S> Finished<S> {
+    /// Close the worker's ports now (they also close when this is dropped).
+    pub fn close_ports(&mut self) {
+        self.open_ports = None;
+    }
 }
 
 /// Why running workers failed.
@@ -459,6 +476,24 @@ impl<S: Stage, P: Port> Core<S, P> {
             ports: self.ports.iter().map(|p| p.stats()).collect(),
             counters: self.counters,
             stage: self.stage,
+            open_ports: None,
+        }
+    }
+
+    /// [`into_finished`](Self::into_finished), keeping the ports open in
+    /// [`Finished::open_ports`].
+    pub fn into_finished_open(mut self) -> Finished<S>
+    where
+        P: Send + 'static,
+    {
+        let ports = std::mem::take(&mut self.ports);
+        let stats = ports.iter().map(|p| p.stats()).collect();
+        Finished {
+            cpu_ns: sys::thread_cpu_ns(),
+            ports: stats,
+            counters: self.counters,
+            stage: self.stage,
+            open_ports: Some(Box::new(ports)),
         }
     }
 }
@@ -579,7 +614,11 @@ pub fn start<S: Stage + 'static>(
             .spawn(move || {
                 run(&mut core, i, &o, &stop2);
                 fin2.store(true, Ordering::Release);
-                core.into_finished()
+                if o.keep_ports_open {
+                    core.into_finished_open()
+                } else {
+                    core.into_finished()
+                }
             })
             // On error, dropping `running` stops and joins the workers already started.
             .map_err(|e| EngineError::Spawn(i, e))?;

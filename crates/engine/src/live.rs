@@ -49,6 +49,10 @@ pub struct LiveSpec {
     /// Receive ring memory per socket, for drivers with a kernel ring (AF_PACKET); `None`: the
     /// driver's default.
     pub ring_bytes: Option<usize>,
+    /// Open the ports holding: they receive nothing until [`LiveControl::release`] (only for
+    /// drivers that [hold](PortDriver::holds); a process taking over from another that still
+    /// forwards on the same interfaces).
+    pub hold: bool,
 }
 
 impl LiveSpec {
@@ -60,6 +64,7 @@ impl LiveSpec {
             capture,
             xdp_mode: crate::afxdp::ModeChoice::Auto,
             ring_bytes: None,
+            hold: false,
         }
     }
 }
@@ -112,10 +117,19 @@ pub enum LiveError {
         /// Why.
         source: fp_ebpf::Error,
     },
+    /// A port opened holding could not be released.
+    #[error("releasing a port opened holding: {source}")]
+    Release {
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Sets an opened driver's destinations (for [`LiveControl::set_destinations`]).
 pub type DestinationSetter = Box<dyn Fn(&[IpAddr]) -> Result<(), LiveError> + Send + Sync>;
+
+/// Lets a port opened holding ([`LiveSpec::hold`]) receive.
+pub type Releaser = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 /// Control of opened interfaces while they run; dropping it undoes what opening changed on the
 /// interfaces (promiscuous mode a driver turned on, programs it attached).
@@ -125,6 +139,8 @@ pub struct LiveControl {
     pub(crate) promisc_set: Vec<String>,
     /// Attachments released on drop (AF_PACKET's tc VIP shields).
     pub(crate) held: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// What lets ports opened holding receive.
+    pub(crate) releases: Vec<Releaser>,
 }
 
 impl LiveControl {
@@ -135,7 +151,17 @@ impl LiveControl {
             setters,
             promisc_set,
             held: Vec::new(),
+            releases: Vec::new(),
         }
+    }
+
+    /// Let ports opened holding ([`LiveSpec::hold`]) receive from now on; a no-op for ports that
+    /// do not hold.
+    pub fn release(&self) -> Result<(), LiveError> {
+        for r in &self.releases {
+            r().map_err(|source| LiveError::Release { source })?;
+        }
+        Ok(())
     }
 
     /// Keep `resource` (an attachment that undoes itself when dropped, such as a tc program's
@@ -193,6 +219,15 @@ pub trait PortDriver: Send + Sync {
     fn filters_destinations(&self) -> bool;
     /// Open `spec.interfaces` for `spec.workers` workers (or fewer).
     fn open(&self, spec: &LiveSpec) -> Result<Opened, LiveError>;
+    /// Whether ports can be opened holding ([`LiveSpec::hold`]) while another process still
+    /// receives on the same interfaces (AF_PACKET: yes; AF_XDP: no, a queue binds one socket).
+    fn holds(&self) -> bool {
+        false
+    }
+    /// How many workers [`open`](Self::open) would open for `spec`, without opening anything.
+    fn workers(&self, spec: &LiveSpec) -> Result<usize, LiveError> {
+        Ok(spec.workers.max(1))
+    }
 }
 
 /// A port driver chosen by name (`--driver af_xdp`): what command-line options hold.

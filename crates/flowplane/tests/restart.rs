@@ -32,6 +32,18 @@
 //! 7. The control: the same cold restart with `second_chance = false` on the VIP loses connections
 //!    (the number is printed).
 //!
+//! The overlapped handover (`handover_keeps_connections_*`): a second `flowplane run` with the
+//! same state directory started while the first forwards takes over from it (checkpoint while
+//! it forwards, cut-over, delta), with new connections opened and requests sent on earlier ones
+//! all along:
+//!
+//! 1. 60 connections held; the successor starts with the same configuration: the predecessor
+//!    logs that it handed over and exits 0, the successor starts warm by handover
+//!    (`flowplane_takeover{kind="handover"}` 1, the gap printed); every held connection and every
+//!    connection opened during the handover answers from its backend, and no request failed.
+//! 2. The same with a changed configuration (backend 1's weight doubled, backend 4 added): the
+//!    entries are carried by backend address, and again nothing breaks.
+//!
 //! Needs root, nginx, curl and iproute2; fails saying so otherwise.
 
 mod common;
@@ -262,6 +274,288 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     );
     stop_balancer(lab, &fp, t0)?;
     Ok(())
+}
+
+/// Connections opened, and requests sent on them, while a handover runs.
+struct Traffic {
+    /// Connections opened (each with the backend that answered its first request).
+    streams: Vec<(std::net::TcpStream, String)>,
+    /// Requests sent on earlier connections.
+    requests: usize,
+    /// What went wrong: a connection not opened, a request not answered by its backend.
+    failed: Vec<String>,
+}
+
+/// At most this many connections are opened during one handover; after that, requests only.
+const OPENED_MAX: usize = 600;
+
+/// Open connections to the VIP and send requests on the earlier ones until `stop`.
+fn traffic(stop: &std::sync::atomic::AtomicBool) -> Traffic {
+    use std::sync::atomic::Ordering;
+    let vip: std::net::SocketAddr = format!("{VIP}:80").parse().expect("an address");
+    let mut t = Traffic {
+        streams: Vec::new(),
+        requests: 0,
+        failed: Vec::new(),
+    };
+    let mut next = 0;
+    while !stop.load(Ordering::Acquire) {
+        if t.streams.len() < OPENED_MAX {
+            match connect(vip).and_then(|mut s| request(&mut s, VIP, false).map(|r| (s, r))) {
+                Ok((s, (200, body))) => t.streams.push((s, body.trim().to_string())),
+                Ok((_, (st, _))) => t.failed.push(format!("a new connection: status {st}")),
+                Err(e) => t.failed.push(format!("a new connection: {e}")),
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if !t.streams.is_empty() {
+            let k = next % t.streams.len();
+            next += 1;
+            let (s, was) = &mut t.streams[k];
+            t.requests += 1;
+            match request(s, VIP, false) {
+                Ok((200, body)) if body.trim() == was => {}
+                Ok((st, body)) => t
+                    .failed
+                    .push(format!("connection {k} (on {was}): {st} {:?}", body.trim())),
+                Err(e) => t.failed.push(format!("connection {k} (on {was}): {e}")),
+            }
+        }
+    }
+    t
+}
+
+/// Start a successor while `old` forwards, with traffic all along: the successor, and the
+/// traffic (stopped a moment after the successor is ready).
+fn hand_over(
+    lab: &Lab,
+    driver: &str,
+    backends: usize,
+    old: &Proc,
+    balancer: &mut Option<Proc>,
+    t0: Instant,
+) -> Result<(Proc, Traffic)> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (new, traffic) = std::thread::scope(|s| {
+        let h = s.spawn(|| lab.client.enter(|| traffic(&stop)));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let new = start_balancer(lab, driver, backends, balancer, t0);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let t = h.join().expect("the traffic thread");
+        (new, t)
+    });
+    let (new, traffic) = (new?, traffic?);
+    let st = old.wait(std::time::Duration::from_secs(10))?;
+    ensure!(st.success(), "the predecessor's exit status: {st}");
+    ensure!(
+        old.log().contains("handed over: the successor forwards"),
+        "the predecessor did not hand over"
+    );
+    let log = new.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("handed over by the running process"))
+        .context("the successor did not start by handover")?;
+    println!("    {driver}: {}", line.trim());
+    let m = Metrics::scrape(&lab.lb)?;
+    ensure!(m.val("flowplane_takeover", &[("kind", "handover")])? == 1.0);
+    println!(
+        "    {driver}: during the handover {} connections opened and {} requests sent on them; \
+         {} failed",
+        traffic.streams.len(),
+        traffic.requests,
+        traffic.failed.len()
+    );
+    Ok((new, traffic))
+}
+
+fn handover_scenario(
+    lab: &Lab,
+    driver: &str,
+    balancer: &mut Option<Proc>,
+    t0: Instant,
+) -> Result<()> {
+    let dir = lab
+        .config
+        .parent()
+        .context("the lab's directory")?
+        .to_path_buf();
+    let seed_file = dir.join("state/seed");
+    lab.write_config(&config_text(&seed_file, THREE, true))?;
+    let old = start_balancer(lab, driver, 3, balancer, t0)?;
+    let mut held = hold_connections(&lab.client, VIP, HELD)?;
+    step("60 keep-alive connections held", t0);
+
+    // 1. The same configuration.
+    let (new, mut during) = hand_over(lab, driver, 3, &old, balancer, t0)?;
+    ensure!(
+        during.failed.is_empty(),
+        "during the handover: {:?}",
+        during.failed
+    );
+    ask_held(&lab.client, VIP, &mut held, "after a handover")?;
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut during.streams,
+        "opened during a handover, after it",
+    )?;
+    step(
+        "handover: every connection kept its backend, no request failed",
+        t0,
+    );
+
+    // 2. A changed configuration, the successor started by the running process on SIGUSR2
+    //    (from the binary's path: what a package upgrade does).
+    lab.write_config(&config_text(&seed_file, CHANGED, true))?;
+    let (newer, mut during2) = hand_over_on_usr2(lab, driver, &new, t0)?;
+    ensure!(
+        during2.failed.is_empty(),
+        "during the handover with a changed configuration: {:?}",
+        during2.failed
+    );
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut held,
+        "after a handover with a changed configuration",
+    )?;
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut during.streams,
+        "after a second handover",
+    )?;
+    ask_held(
+        &lab.client,
+        VIP,
+        &mut during2.streams,
+        "opened during a handover with a changed configuration, after it",
+    )?;
+    step(
+        "SIGUSR2 handover with a changed backend set: every connection kept its backend",
+        t0,
+    );
+    // The successor is not this harness's child: stop it by its pid.
+    // SAFETY: kill(2) with a pid and a signal number; no memory is passed.
+    let r = unsafe { libc::kill(newer as i32, libc::SIGTERM) };
+    ensure!(
+        r == 0,
+        "SIGTERM to the successor: {}",
+        std::io::Error::last_os_error()
+    );
+    wait_for(
+        "the successor to exit",
+        std::time::Duration::from_secs(10),
+        || Ok((!fp_testnet::pid_alive(newer)).then_some(())),
+    )?;
+    ensure!(
+        !xdp_attached(&lab.lb)?,
+        "XDP program still attached to eth0 after the balancer exited"
+    );
+    step("SIGTERM: the successor exited, nothing left attached", t0);
+    Ok(())
+}
+
+/// `SIGUSR2` to `old` while traffic runs: it starts its own successor, which takes over. The
+/// successor's pid and the traffic.
+fn hand_over_on_usr2(lab: &Lab, driver: &str, old: &Proc, t0: Instant) -> Result<(u32, Traffic)> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (pid, traffic) = std::thread::scope(|s| {
+        let h = s.spawn(|| lab.client.enter(|| traffic(&stop)));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let took = (|| -> Result<u32> {
+            let before = old
+                .log()
+                .matches("handed over by the running process")
+                .count();
+            old.signal(libc::SIGUSR2);
+            let st = old.wait(std::time::Duration::from_secs(30))?;
+            ensure!(st.success(), "the predecessor's exit status: {st}");
+            wait_for(
+                "the successor's start line",
+                std::time::Duration::from_secs(10),
+                || {
+                    Ok((old
+                        .log()
+                        .matches("handed over by the running process")
+                        .count()
+                        > before)
+                        .then_some(()))
+                },
+            )?;
+            let log = old.log();
+            let pid = log
+                .lines()
+                .rev()
+                .find_map(|l| {
+                    l.split("(this is pid ")
+                        .nth(1)?
+                        .split(')')
+                        .next()?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .context("the successor's pid in the log")?;
+            Ok(pid)
+        })();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        (took, h.join().expect("the traffic thread"))
+    });
+    let (pid, traffic) = (pid?, traffic?);
+    ensure!(
+        old.log().contains("SIGUSR2: started"),
+        "the predecessor did not start a successor"
+    );
+    wait_for(
+        "the successor's admin server",
+        std::time::Duration::from_secs(10),
+        || Ok(Metrics::scrape(&lab.lb).ok()),
+    )?;
+    let m = Metrics::scrape(&lab.lb)?;
+    ensure!(m.val("flowplane_takeover", &[("kind", "handover")])? == 1.0);
+    ensure!(m.val("flowplane_config_generation", &[])? == 1.0);
+    step("SIGUSR2: the successor took over", t0);
+    println!(
+        "    {driver}: SIGUSR2 handover: {} connections opened and {} requests sent during it; {} \
+         failed",
+        traffic.streams.len(),
+        traffic.requests,
+        traffic.failed.len()
+    );
+    Ok((pid, traffic))
+}
+
+fn run_handover(driver: &str) {
+    run_lab(
+        driver,
+        || {
+            LabSpec {
+                tag: &lab_tag("hov", driver),
+                tools: &["nginx", "curl"],
+                vips: &[VIP],
+                decap: "gre",
+                backend_args: &|_| Vec::new(),
+                backends: 4,
+                nginx_server: "",
+            }
+            .build()
+        },
+        |lab, balancer, t0| handover_scenario(lab, driver, balancer, t0),
+    );
+}
+
+#[test]
+fn handover_keeps_connections_af_packet() {
+    run_handover("af_packet");
+}
+
+#[test]
+fn handover_keeps_connections_af_xdp() {
+    run_handover("af_xdp");
 }
 
 fn run_driver(driver: &str) {

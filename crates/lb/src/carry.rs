@@ -97,6 +97,11 @@ impl Carried {
 pub struct Takeover {
     /// Entries were read from a predecessor.
     pub warm: bool,
+    /// The predecessor was running and handed over while it forwarded (the overlapped
+    /// handover), rather than leaving a file when it stopped.
+    pub handover: bool,
+    /// Entries of the handover's delta: seen between the checkpoint and the cut-over.
+    pub delta: u64,
     /// Why the start is cold (no file, another layout, unreadable), for the status page.
     pub cold_reason: Option<String>,
     /// Entries read from the file.

@@ -289,17 +289,23 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
     o.family(
         "flowplane_takeover",
         Kind::Gauge,
-        "How this process started: 1 for warm (the previous run's connection entries carried into its tables) or cold (none: first start, a crash, another file layout).",
+        "How this process started: 1 for warm (the previous run's connection entries carried into its tables) or cold (none: first start, a crash, another file layout); handover is 1 when the warm start was the overlapped handover (the previous process handed its entries over while it forwarded).",
     );
     o.sample("flowplane_takeover", &[("kind", "warm")], tk.warm as u64);
     o.sample("flowplane_takeover", &[("kind", "cold")], !tk.warm as u64);
+    o.sample(
+        "flowplane_takeover",
+        &[("kind", "handover")],
+        tk.handover as u64,
+    );
     o.family(
         "flowplane_takeover_entries",
         Kind::Gauge,
-        "The previous run's connection entries at this start: read from the state directory, carried into every worker's tables, dropped because their backend left the configuration, idled out meanwhile, or refused by a full table (summed over workers).",
+        "The previous run's connection entries at this start: read from the state directory (or the handover's checkpoint), carried into every worker's tables, dropped because their backend left the configuration, idled out meanwhile, or refused by a full table (summed over workers); delta: entries of the handover's cut-over (seen after its checkpoint).",
     );
     for (result, n) in [
         ("read", tk.read),
+        ("delta", tk.delta),
         ("carried", tk.carried),
         ("removed_backend", tk.removed_backend),
         ("expired", tk.expired),
@@ -933,6 +939,19 @@ impl View for LbView {
         let _ = match &t.cold_reason {
             Some(why) => writeln!(s, "start: cold ({why})"),
             None if !t.warm => writeln!(s, "start: not finished"),
+            None if t.handover => writeln!(
+                s,
+                "start: warm, handed over by the running process: {} connection entries carried \
+                 of {} in its checkpoint (backend removed {}, idled out {}, table full {}), {} \
+                 seen since; {} ms without forwarding",
+                t.carried,
+                t.read,
+                t.removed_backend,
+                t.expired,
+                t.full,
+                t.delta,
+                t.gap_ms.unwrap_or(0)
+            ),
             None => writeln!(
                 s,
                 "start: warm, {} connection entries carried of {} read (backend removed {}, \

@@ -27,7 +27,7 @@ use crate::controller::{Action, Balancer};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
 use crate::speaker::Speaker;
-use crate::stage::{ImportSlot, LbStage, TraceRecord};
+use crate::stage::{ConnReaders, ImportSlot, LbStage, TraceRecord};
 use crate::stats::{Totals, WorkerStats};
 use crate::trace::PacketTracer;
 use anyhow::{Context as _, Result};
@@ -36,8 +36,10 @@ use fp_control::log;
 use fp_engine::driver::Finished;
 use fp_engine::live::Capture;
 use fp_pipeline::trace::ProbeSender;
+use fp_service::handover::{Checkpointer, Delta};
 use fp_service::{Context, Events, LiveOptions, Ports, Service, Setup};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +70,16 @@ pub fn run(config: &Path, interface: &str, live: &LiveOptions) -> Result<()> {
         Err(e) => log(format_args!(
             "warning: {e}; path MTU 1500 unless configured"
         )),
+    }
+    // The backends' MACs before the workers start: a start that takes over forwards at once.
+    let table = neighbors::read(interface, machine.wants_ipv6_neighbors());
+    for a in machine.on_neighbors(&table) {
+        match a {
+            Action::Log(l) => log(l),
+            Action::Resolve(addrs) => neighbors::resolve(&addrs),
+            // Announcements and destinations follow once the workers run (`started`).
+            Action::Announce(_) | Action::SetDestinations(_) => {}
+        }
     }
     restore_sets(&mut machine);
     let carried = take_carried(&machine);
@@ -145,7 +157,15 @@ pub struct LbService {
     imports: Vec<ImportSlot>,
     /// How this start went (warm or cold), for the log, metrics and status.
     takeover: Takeover,
+    /// Read handles on every worker's connection tables: the overlapped handover's checkpoint.
+    readers: Vec<ConnReaders>,
+    /// The workers' clock (ms) when the last checkpoint was taken ([`NO_CHECKPOINT`]: none):
+    /// its delta is every entry seen since.
+    checkpoint_ms: Arc<AtomicU64>,
 }
+
+/// No checkpoint was taken ([`LbService::checkpoint_ms`]).
+const NO_CHECKPOINT: u64 = u64::MAX;
 
 impl LbService {
     fn new(
@@ -180,6 +200,8 @@ impl LbService {
             carried: Err("not read".into()),
             imports: Vec::new(),
             takeover: Takeover::default(),
+            readers: Vec::new(),
+            checkpoint_ms: Arc::new(AtomicU64::new(NO_CHECKPOINT)),
         };
         s.publish();
         Ok(s)
@@ -355,6 +377,7 @@ impl Service for LbService {
             self.takeover.read = c.len() as u64;
         }
         self.stats.push(w.stats().clone());
+        self.readers.push(w.conn_readers());
         Ok(w)
     }
 
@@ -368,6 +391,24 @@ impl Service for LbService {
 
     fn started(&mut self, cx: &mut Context<'_>) -> Result<()> {
         match std::mem::replace(&mut self.carried, Err("taken".into())) {
+            _ if self.takeover.handover => {
+                let t = &self.takeover;
+                log(format_args!(
+                    "warm start, handed over by the running process: {} connection entries of \
+                     its checkpoint carried into each of {} worker(s) in {} ms (of {} read: \
+                     backend removed {}, idled out {}, table full {}) while it forwarded, then \
+                     {} seen since; {} ms without forwarding",
+                    t.carried,
+                    self.stats.len(),
+                    t.load_ms,
+                    t.read,
+                    t.removed_backend,
+                    t.expired,
+                    t.full,
+                    t.delta,
+                    t.gap_ms.unwrap_or(0)
+                ));
+            }
             Ok(c) => {
                 self.await_imports(&c);
                 let t = &self.takeover;
@@ -489,5 +530,100 @@ impl Service for LbService {
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
         log(format_args!("drops: {}", totals.drops_line()));
         self.keep_connections(stages);
+    }
+
+    /// The overlapped handover ([`fp_service::handover`]) through `handover.sock` in the state
+    /// directory. Not with `[bgp]`: the BGP speaker belongs to the process, and two speakers of
+    /// one address cannot peer with the router at once; behind ECMP a restart drains instead
+    /// (the peers and second chance keep the connections).
+    fn handover_socket(&self) -> Option<PathBuf> {
+        let cfg = self.machine.config();
+        if cfg.bgp.is_some() {
+            return None;
+        }
+        Some(crate::seed::state_dir_of(cfg).join("handover.sock"))
+    }
+
+    /// Every worker's connection entries, read while the workers forward.
+    fn checkpointer(&self) -> Option<Checkpointer> {
+        let readers = self.readers.clone();
+        let snapshots = self.machine.snapshots().clone();
+        let at = self.checkpoint_ms.clone();
+        Some(Box::new(move || {
+            let now = monotonic_ms();
+            let (mut c, cp) = crate::stage::checkpoint(&readers, &snapshots.load(), now);
+            c.stopped_ms = crate::carry::wall_ms();
+            at.store(u64::from(now), Ordering::Release);
+            log(format_args!(
+                "handover checkpoint: {} connection entries ({} of flows picked up under second \
+                 chance left out; {} table(s) scanned again, {} with moves during the scan)",
+                c.len(),
+                cp.exported.picked,
+                cp.rescans,
+                cp.unsure
+            ));
+            Ok(crate::carry::encode(&c))
+        }))
+    }
+
+    /// The entries seen since the checkpoint (every entry without one).
+    fn delta(&mut self, stages: &mut [Finished<LbStage>]) -> Vec<u8> {
+        let t0 = std::time::Instant::now();
+        let since = match self.checkpoint_ms.load(Ordering::Acquire) {
+            NO_CHECKPOINT => None,
+            ms => Some(ms as u32),
+        };
+        let mut workers: Vec<&mut LbStage> = stages.iter_mut().map(|f| &mut f.stage).collect();
+        let (mut c, _) = crate::stage::export_workers_since(&mut workers, monotonic_ms(), since);
+        c.stopped_ms = crate::carry::wall_ms();
+        let bytes = crate::carry::encode(&c);
+        log(format_args!(
+            "handover delta: {} connection entries seen since the checkpoint ({} ms)",
+            c.len(),
+            t0.elapsed().as_millis()
+        ));
+        bytes
+    }
+
+    fn handed_over(&mut self, _stages: Vec<Finished<LbStage>>) {
+        let totals = Totals::sum(self.stats.iter().map(|s| &**s));
+        log(format_args!("drops: {}", totals.drops_line()));
+        log("handed over: the successor forwards with this process's connection entries");
+    }
+
+    fn take_checkpoint(&mut self, bytes: &[u8], stages: &mut [LbStage]) -> Result<()> {
+        let c = crate::carry::decode(bytes)
+            .map_err(|why| anyhow::anyhow!("the predecessor's checkpoint: {why}"))?;
+        let t0 = std::time::Instant::now();
+        let gap = crate::carry::wall_ms().saturating_sub(c.stopped_ms);
+        let r = crate::stage::import_workers(stages, &c, monotonic_ms(), gap);
+        let t = &mut self.takeover;
+        t.warm = true;
+        t.handover = true;
+        t.cold_reason = None;
+        t.read = c.len() as u64;
+        if let Some(first) = r.first() {
+            t.carried = first.carried;
+            t.removed_backend = first.removed_backend;
+            t.expired = first.expired;
+        }
+        t.full = r.iter().map(|r| r.full).sum();
+        t.load_ms = t0.elapsed().as_millis() as u64;
+        Ok(())
+    }
+
+    fn take_delta(&mut self, delta: &Delta, stages: &mut [LbStage]) -> Result<()> {
+        let c = crate::carry::decode(&delta.bytes)
+            .map_err(|why| anyhow::anyhow!("the predecessor's delta: {why}"))?;
+        let gap = crate::carry::wall_ms().saturating_sub(c.stopped_ms);
+        let r = crate::stage::import_workers(stages, &c, monotonic_ms(), gap);
+        let t = &mut self.takeover;
+        t.delta = c.len() as u64;
+        t.full += r.iter().map(|r| r.full).sum::<u64>();
+        Ok(())
+    }
+
+    fn took_over(&mut self, gap_ms: u64) {
+        self.takeover.gap_ms = Some(gap_ms);
     }
 }

@@ -86,6 +86,7 @@
 #![deny(unsafe_code)]
 
 mod args;
+pub mod handover;
 pub mod runner;
 
 pub use args::{parse_cpus, CpuList, LiveArgs, LiveOptions};

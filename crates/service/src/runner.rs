@@ -22,11 +22,12 @@
 //! XDP program and promiscuous mode go with it).
 
 use crate::args::LiveOptions;
+use crate::handover::{Checkpointer, Cut, Delta, Listener, Successor};
 use anyhow::{anyhow, Context as _, Result};
 use fp_control::admin::{AdminHandler, AdminServer, ReloadError};
 use fp_control::log;
 use fp_control::metrics::{self, Exposition, Kind};
-use fp_control::signal::{ReloadSignal, SignalWait, TerminateSignal};
+use fp_control::signal::{ReloadSignal, SignalWait, TerminateSignal, UpgradeSignal};
 use fp_control::systemd::Notifier;
 use fp_control::trace::{Record, TraceLog, DEFAULT_CAPACITY, QUEUE_CAPACITY};
 use fp_engine::driver::{self, Finished, Options, Running, Worker, WorkerCounters};
@@ -35,6 +36,7 @@ use fp_engine::port::PortStats;
 use fp_pipeline::stage::Stage;
 use fp_pipeline::trace::{probe_queue, ProbeSender, TracerConfig};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
@@ -150,10 +152,52 @@ pub trait Service: Send + Sized + 'static {
 
     /// The workers have stopped: what they leave (a summary for the log).
     fn finished(&mut self, _stages: Vec<Finished<Self::Stage>>) {}
+
+    /// Where a running process of this application listens for a successor that takes over
+    /// from it while it forwards ([`crate::handover`]), and where a starting one looks for it.
+    /// `None` (the default): no overlapped handover; restarts stop one process and start the
+    /// next.
+    fn handover_socket(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The function that copies the application's state while the workers forward, for a
+    /// successor (asked once the workers run; run on the handover thread).
+    fn checkpointer(&self) -> Option<Checkpointer> {
+        None
+    }
+
+    /// The workers stopped for a handover: what changed since the checkpoint, for the successor.
+    fn delta(&mut self, _stages: &mut [Finished<Self::Stage>]) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// The successor has the delta: the stopped workers' leftovers (a summary for the log).
+    /// [`finished`](Self::finished) runs instead when the delta could not be sent.
+    fn handed_over(&mut self, _stages: Vec<Finished<Self::Stage>>) {}
+
+    /// Taking over: fill the stages with the predecessor's checkpoint, before the ports forward
+    /// (the predecessor still does). An error ends this start; the predecessor keeps running.
+    fn take_checkpoint(&mut self, _bytes: &[u8], _stages: &mut [Self::Stage]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Taking over: the predecessor's workers stopped; put what changed since its checkpoint
+    /// into the stages.
+    fn take_delta(&mut self, _delta: &Delta, _stages: &mut [Self::Stage]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Taking over: the workers run, `gap_ms` after the predecessor's stopped.
+    fn took_over(&mut self, _gap_ms: u64) {}
 }
 
 enum Msg<E> {
     Terminate,
+    /// A successor asked for the cut-over ([`crate::handover`]).
+    Cut(Cut),
+    /// `SIGUSR2`: start a successor.
+    Upgrade,
     Reload(Option<mpsc::SyncSender<Result<u64, ReloadError>>>),
     App(E),
 }
@@ -222,77 +266,230 @@ impl Context<'_> {
     }
 }
 
-/// Run `make`'s service on live interfaces until `SIGTERM`/`SIGINT` (or a failure).
+/// Run `make`'s service on live interfaces until `SIGTERM`/`SIGINT` (or a failure, or a
+/// successor taking over). When a process of the same application runs and listens on
+/// [`Service::handover_socket`], this one takes over from it ([`crate::handover`]).
 pub fn run<S: Service>(
     opts: &LiveOptions,
     make: impl FnOnce(Events<S::Event>) -> Result<S>,
 ) -> Result<()> {
-    serve(opts, make, |service: &S, opts: &LiveOptions| {
+    let spec = |service: &S, hold: bool| {
         let ports = service.ports();
-        let spec = LiveSpec {
+        LiveSpec {
             interfaces: ports.interfaces.clone(),
             workers: opts.workers,
             capture: ports.capture,
             xdp_mode: opts.xdp_mode,
             ring_bytes: ports.ring_bytes,
-        };
-        opts.driver
-            .open(&spec)
-            .with_context(|| format!("opening {}", ports.interfaces.join(", ")))
-    })
+            hold,
+        }
+    };
+    let how = Open {
+        open: Box::new(move |service: &S, hold: bool| {
+            let spec = spec(service, hold);
+            opts.driver
+                .open(&spec)
+                .with_context(|| format!("opening {}", spec.interfaces.join(", ")))
+        }),
+        workers: Some(Box::new(move |service: &S| {
+            let spec = spec(service, false);
+            Ok(opts.driver.workers(&spec)?)
+        })),
+        holds: opts.driver.holds(),
+    };
+    serve(opts, make, how)
 }
 
 /// [`run`] on ports opened already (`opened.ports[w]` are worker `w`'s ports; `opts.driver` is
-/// not used): harnesses and tests.
+/// not used): harnesses and tests. It never takes over from a running process.
 pub fn run_on<S: Service>(
     opts: &LiveOptions,
     opened: Opened,
     make: impl FnOnce(Events<S::Event>) -> Result<S>,
 ) -> Result<()> {
-    serve(opts, make, move |_: &S, _: &LiveOptions| Ok(opened))
+    let mut given = Some(opened);
+    let how = Open {
+        open: Box::new(move |_: &S, _: bool| {
+            given
+                .take()
+                .ok_or_else(|| anyhow!("the given ports were opened once already"))
+        }),
+        workers: None,
+        holds: false,
+    };
+    serve(opts, make, how)
+}
+
+/// Opens a service's ports (`true`: holding, while a predecessor forwards).
+type OpenPorts<'a, S> = Box<dyn FnMut(&S, bool) -> Result<Opened> + 'a>;
+/// How many workers opening a service's ports would give, without opening them.
+type CountWorkers<'a, S> = Box<dyn Fn(&S) -> Result<usize> + 'a>;
+
+/// How [`serve`] gets its ports.
+struct Open<'a, S> {
+    /// Open them.
+    open: OpenPorts<'a, S>,
+    /// How many workers opening would give (`None`: no takeover possible).
+    workers: Option<CountWorkers<'a, S>>,
+    /// Whether ports can open holding.
+    holds: bool,
+}
+
+/// Why the control loop ended.
+enum Ending {
+    /// Stop (a signal, a request, a failure).
+    Stop,
+    /// Hand over to the successor waiting on this.
+    Handover(Cut),
 }
 
 fn serve<S: Service>(
     opts: &LiveOptions,
     make: impl FnOnce(Events<S::Event>) -> Result<S>,
-    open: impl FnOnce(&S, &LiveOptions) -> Result<Opened>,
+    mut how: Open<'_, S>,
 ) -> Result<()> {
     let term = TerminateSignal::install().context("installing SIGTERM/SIGINT handlers")?;
     let hup = ReloadSignal::try_install().context("installing the SIGHUP handler")?;
+    let usr2 = UpgradeSignal::install().context("installing the SIGUSR2 handler")?;
     let wake = SignalWait::new().context("the signal pipe")?;
+    // The binary's path now: after a package upgrade replaced the file, a successor started
+    // from this path runs the new binary.
+    let exe = std::env::current_exe().context("locating this executable")?;
     let mut notify = Notifier::from_env().context("NOTIFY_SOCKET")?;
     let (tx, rx) = mpsc::channel::<Msg<S::Event>>();
     let mut service = make(Events { tx: tx.clone() })?;
     let app = service.name();
 
-    let opened = open(&service, opts)?;
-    log(&opened.description);
+    // A process of this application forwarding on these ports hands over to this one.
+    let mut successor = None;
+    if let (Some(path), Some(_)) = (service.handover_socket(), &how.workers) {
+        successor = Successor::connect(&path, app).with_context(|| {
+            format!(
+                "taking over from the {app} process listening on {} (it keeps running)",
+                path.display()
+            )
+        })?;
+        if let Some((s, cp)) = &successor {
+            log(format_args!(
+                "taking over from the {app} process listening on {} (this is pid {}): \
+                 checkpoint of {} bytes received",
+                s.path().display(),
+                std::process::id(),
+                cp.len()
+            ));
+        }
+    }
+    // Ports open now (holding, when taking over: the predecessor still forwards), or, for a
+    // driver that cannot hold, once the predecessor has closed its own.
+    let takeover = successor.is_some();
+    let mut opened = if !takeover || how.holds {
+        Some((how.open)(&service, takeover)?)
+    } else {
+        None
+    };
+    let n = match (&opened, &how.workers) {
+        (Some(o), _) => o.ports.len(),
+        (None, Some(w)) => w(&service)?,
+        (None, None) => unreachable!("no takeover without a worker count"),
+    };
+    let description = opened.as_ref().map_or_else(
+        || format!("{} ports, opened at the cut-over", opts.driver),
+        |o| o.description.clone(),
+    );
     let interfaces = service.ports().interfaces;
-    let n = opened.ports.len();
     let trace = TraceLog::<S::Probe>::new(DEFAULT_CAPACITY);
-    let mut workers = Vec::with_capacity(n);
-    for (w, ports) in opened.ports.into_iter().enumerate() {
+    let mut stages = Vec::with_capacity(n);
+    for w in 0..n {
         let (probes, queue) = probe_queue(QUEUE_CAPACITY, TracerConfig::default());
         trace.attach(queue);
         let setup = Setup {
             worker: w,
             workers: n,
-            description: &opened.description,
+            description: &description,
         };
-        workers.push(Worker {
-            stage: service.stage(setup, probes)?,
-            ports,
-        });
+        stages.push(service.stage(setup, probes)?);
     }
+    let mut took_over_at = None;
+    if let Some((mut succ, checkpoint)) = successor {
+        let t0 = Instant::now();
+        service.take_checkpoint(&checkpoint, &mut stages)?;
+        drop(checkpoint);
+        log(format_args!(
+            "checkpoint put into {n} worker(s) in {} ms; asking for the cut-over",
+            t0.elapsed().as_millis()
+        ));
+        let t0 = Instant::now();
+        match succ.cut() {
+            Ok(delta) => {
+                let got = t0.elapsed();
+                // This process is the service from now on; the predecessor exits once told so.
+                notify.main_pid();
+                if let Err(e) = succ.confirm() {
+                    log(format_args!(
+                        "warning: the predecessor went away at the cut-over: {e}"
+                    ));
+                }
+                service.take_delta(&delta, &mut stages)?;
+                log(format_args!(
+                    "cut-over: the predecessor's delta ({} bytes) came {} ms after asking, put \
+                     into the workers in {} ms",
+                    delta.bytes.len(),
+                    got.as_millis(),
+                    (t0.elapsed() - got).as_millis()
+                ));
+                took_over_at = Some(delta.stopped_ms);
+            }
+            // The predecessor stopped answering: it stopped or died; what the checkpoint held
+            // is what this start has.
+            Err(e) => log(format_args!(
+                "warning: no delta from the predecessor ({e:#}); forwarding with its checkpoint"
+            )),
+        }
+        match &opened {
+            Some(o) => o.control.release()?,
+            None => {
+                if let Err(e) = succ.wait_released() {
+                    log(format_args!(
+                        "warning: the predecessor did not confirm closing its ports: {e:#}"
+                    ));
+                }
+                let t = Instant::now();
+                let o = (how.open)(&service, false)?;
+                log(format_args!(
+                    "cut-over: ports opened in {} ms",
+                    t.elapsed().as_millis()
+                ));
+                if o.ports.len() != n {
+                    return Err(anyhow!(
+                        "{} worker(s) made for the takeover, but the ports opened for {}",
+                        n,
+                        o.ports.len()
+                    ));
+                }
+                opened = Some(o);
+            }
+        }
+    }
+    let opened = opened.expect("ports opened");
+    log(&opened.description);
+    let workers: Vec<Worker<S::Stage>> = stages
+        .into_iter()
+        .zip(opened.ports)
+        .map(|(stage, ports)| Worker { stage, ports })
+        .collect();
     let mut dopts = Options {
         name: format!("fp-{app}"),
         pin: opts.pin,
         cpus: opts.cpus.clone(),
+        keep_ports_open: true,
         ..Options::default()
     };
     service.driver_options(&mut dopts);
     let running = driver::start(workers, &dopts)?;
-    let live = opened.control;
+    if let Some(stopped_ms) = took_over_at {
+        service.took_over(fp_control::state::wall_ms().saturating_sub(stopped_ms));
+    }
+    let mut live = Some(opened.control);
 
     let admin = match opts.admin {
         Some(addr) => {
@@ -313,36 +510,73 @@ fn serve<S: Service>(
         }
         None => None,
     };
+    let mut listener = match (service.handover_socket(), service.checkpointer()) {
+        (Some(path), Some(checkpoint)) => {
+            let tx = tx.clone();
+            match Listener::start(&path, app, checkpoint, move |c| {
+                tx.send(Msg::Cut(c)).is_ok()
+            }) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    log(format_args!("warning: no overlapped handover: {e:#}"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let stop_signals = Arc::new(AtomicBool::new(false));
     let signals = {
         let (tx, stop) = (tx.clone(), stop_signals.clone());
         std::thread::Builder::new()
             .name(format!("fp-{app}-signals"))
-            .spawn(move || forward_signals(&term, &hup, &wake, &tx, &stop))
+            .spawn(move || forward_signals(&term, &hup, &usr2, &wake, &tx, &stop))
             .context("starting the signal thread")?
     };
     drop(tx);
 
     let mut cx = Context {
-        live: &live,
+        live: live.as_ref().expect("the ports' control"),
         notify: &mut notify,
         workers: n,
     };
     let mut result = service.started(&mut cx);
+    let mut ending = Ending::Stop;
     if result.is_ok() {
         let status = service.ready_status();
         log(format_args!("ready: {status}"));
         cx.notify.ready(&status);
-        result = control_loop(&mut service, &mut cx, &rx, &running, &trace);
+        let upgrade = Upgrade {
+            exe: &exe,
+            listening: listener.is_some(),
+        };
+        match control_loop(&mut service, &mut cx, &rx, &running, &trace, &upgrade) {
+            Ok(e) => ending = e,
+            Err(e) => result = Err(e),
+        }
     }
 
-    log("shutting down");
-    let drain = service.drain(&mut cx, result.is_ok());
-    cx.notify.stopping((!drain.is_zero()).then_some(drain));
-    if !drain.is_zero() {
-        log(format_args!("draining for {} ms", drain.as_millis()));
-        std::thread::sleep(drain);
+    // The socket goes first: a successor binds its own there once it has the delta.
+    if let Some(l) = listener.take() {
+        l.close();
     }
+    let mut cut = match ending {
+        Ending::Handover(c) => {
+            log("handing over to the successor");
+            cx.notify.stopping(None);
+            Some(c)
+        }
+        Ending::Stop => {
+            log("shutting down");
+            let drain = service.drain(&mut cx, result.is_ok());
+            cx.notify.stopping((!drain.is_zero()).then_some(drain));
+            if !drain.is_zero() {
+                log(format_args!("draining for {} ms", drain.as_millis()));
+                std::thread::sleep(drain);
+            }
+            None
+        }
+    };
     service.shutdown();
     if let Some(a) = admin {
         a.shutdown();
@@ -350,9 +584,53 @@ fn serve<S: Service>(
     stop_signals.store(true, Ordering::Release);
     wake.poke();
     let _ = signals.join();
+    // The forwarding gap of a handover starts when the workers are told to stop.
+    let stopped_ms = fp_control::state::wall_ms();
+    let t_stop = Instant::now();
     match running.stop() {
-        Ok(done) => {
+        Ok(mut done) => {
+            let mut handed = false;
+            if let Some(c) = &mut cut {
+                log(format_args!(
+                    "handover: workers stopped in {} ms",
+                    t_stop.elapsed().as_millis()
+                ));
+                let delta = service.delta(&mut done);
+                match c.delta(stopped_ms, &delta) {
+                    Ok(()) => handed = true,
+                    Err(e) => log(format_args!(
+                        "warning: the successor did not take the delta ({e}); keeping the \
+                         state for the next start instead"
+                    )),
+                }
+            }
+            // The ports close now (after the delta), each on a thread of its own: closing a
+            // socket waits for the kernel's RCU grace period, and the waits overlap.
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for f in &mut done {
+                    let ports = f.open_ports.take();
+                    s.spawn(move || drop(ports));
+                }
+                if handed {
+                    // The XDP program detaches with the control (and the last port).
+                    let live = live.take();
+                    s.spawn(move || drop(live));
+                }
+            });
             log_ports(&interfaces, &done);
+            if handed {
+                log(format_args!(
+                    "handover: ports closed in {} ms",
+                    t.elapsed().as_millis()
+                ));
+                if let Some(c) = cut.take() {
+                    c.released(Duration::from_secs(5));
+                }
+                service.handed_over(done);
+                trace.collect();
+                return result;
+            }
             service.finished(done);
         }
         Err(e) => {
@@ -370,6 +648,7 @@ fn serve<S: Service>(
 fn forward_signals<E>(
     term: &TerminateSignal,
     hup: &ReloadSignal,
+    usr2: &UpgradeSignal,
     wake: &SignalWait,
     tx: &mpsc::Sender<Msg<E>>,
     stop: &AtomicBool,
@@ -380,6 +659,9 @@ fn forward_signals<E>(
             return;
         }
         if hup.take() && tx.send(Msg::Reload(None)).is_err() {
+            return;
+        }
+        if usr2.take() && tx.send(Msg::Upgrade).is_err() {
             return;
         }
         // The flags are the truth; the timeout covers a wake-up another waiter consumed.
@@ -393,7 +675,8 @@ fn control_loop<S: Service>(
     rx: &mpsc::Receiver<Msg<S::Event>>,
     running: &Running<S::Stage>,
     trace: &TraceLog<S::Probe>,
-) -> Result<()> {
+    upgrade: &Upgrade<'_>,
+) -> Result<Ending> {
     let every = service.tick_every().max(Duration::from_millis(1));
     let mut next_house = Instant::now();
     let mut next_tick = Instant::now() + every;
@@ -415,7 +698,9 @@ fn control_loop<S: Service>(
             .min(next_tick)
             .saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
-            Ok(Msg::Terminate) => return Ok(()),
+            Ok(Msg::Terminate) => return Ok(Ending::Stop),
+            Ok(Msg::Cut(c)) => return Ok(Ending::Handover(c)),
+            Ok(Msg::Upgrade) => upgrade.start_successor(),
             Ok(Msg::Reload(reply)) => {
                 cx.notify.reloading();
                 let r = service
@@ -433,7 +718,60 @@ fn control_loop<S: Service>(
             Ok(Msg::App(e)) => service.event(e, cx)?,
             Err(RecvTimeoutError::Timeout) => {}
             // Unreachable while the signal thread holds a sender; stop rather than spin.
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(RecvTimeoutError::Disconnected) => return Ok(Ending::Stop),
+        }
+    }
+}
+
+/// What `SIGUSR2` needs: the binary's path, and whether a successor could take over.
+struct Upgrade<'a> {
+    exe: &'a std::path::Path,
+    listening: bool,
+}
+
+impl Upgrade<'_> {
+    /// Start this binary's path again with this process's arguments and environment: the new
+    /// process takes over through the handover socket and this one exits; when it fails (a
+    /// configuration the new binary refuses, a crash), this one goes on forwarding.
+    fn start_successor(&self) {
+        if !self.listening {
+            log(
+                "SIGUSR2 ignored: this process has no handover socket (an application or \
+                 configuration without the overlapped handover, such as one with [bgp]); \
+                 restart it instead",
+            );
+            return;
+        }
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let mut cmd = std::process::Command::new(self.exe);
+        cmd.args(&args)
+            // The watchdog belongs to whichever process is the main one.
+            .env_remove("WATCHDOG_PID");
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let pid = child.id();
+                log(format_args!(
+                    "SIGUSR2: started {} (pid {pid}) to take over",
+                    self.exe.display()
+                ));
+                // Reap it if it fails while this process still runs.
+                let _ = std::thread::Builder::new()
+                    .name("fp-successor".into())
+                    .spawn(move || {
+                        if let Ok(st) = child.wait() {
+                            if !st.success() {
+                                log(format_args!(
+                                    "the successor (pid {pid}) ended ({st}); this process goes \
+                                     on forwarding"
+                                ));
+                            }
+                        }
+                    });
+            }
+            Err(e) => log(format_args!(
+                "SIGUSR2: could not start {}: {e}; this process goes on forwarding",
+                self.exe.display()
+            )),
         }
     }
 }

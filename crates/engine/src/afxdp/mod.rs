@@ -409,7 +409,7 @@ impl AfXdpPort {
                         if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
                     {
                         umem = u;
-                        std::thread::sleep(Duration::from_millis(10));
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                     r => return r,
                 }
@@ -802,6 +802,18 @@ impl crate::live::PortDriver for AfXdpDriver {
 
     fn filters_destinations(&self) -> bool {
         true
+    }
+
+    fn workers(&self, spec: &crate::live::LiveSpec) -> Result<usize, crate::live::LiveError> {
+        let mut queues = u32::MAX;
+        for ifname in &spec.interfaces {
+            let q = rx_queue_count(ifname).map_err(|e| crate::live::LiveError::Open {
+                interface: ifname.clone(),
+                message: format!("reading its queue count: {e}"),
+            })?;
+            queues = queues.min(q.max(1));
+        }
+        Ok((spec.workers.max(1) as u32).min(queues) as usize)
     }
 
     fn open(

@@ -4,7 +4,8 @@
 use super::conn::{entry, entry_backend, entry_seen, entry_set, is_embryonic, EMBRYONIC};
 use super::LbStage;
 use crate::carry::{Carried, CarriedEntry};
-use fp_cuckoo::{GeneralMap, Writer};
+use crate::snapshot::Snapshot;
+use fp_cuckoo::{GeneralMap, Reader, Writer};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
@@ -85,13 +86,23 @@ pub(super) struct Deferred {
 /// de-duplicated in parallel, then merged): the connection entries a stopping balancer carries.
 /// `stopped_ms` of the result is left for the caller to set.
 pub fn export_workers(stages: &mut [&mut LbStage], now_ms: u32) -> (Carried, Exported) {
+    export_workers_since(stages, now_ms, None)
+}
+
+/// [`export_workers`] of only the entries whose flow saw a packet at or after `since_ms` (the
+/// workers' clock), when given: what changed since a checkpoint ([`checkpoint`]).
+pub fn export_workers_since(
+    stages: &mut [&mut LbStage],
+    now_ms: u32,
+    since_ms: Option<u32>,
+) -> (Carried, Exported) {
     let parts: Vec<(Carried, Exported)> = std::thread::scope(|s| {
         let handles: Vec<_> = stages
             .iter_mut()
             .map(|w| {
                 s.spawn(move || {
                     let mut c = Carried::default();
-                    let r = w.export(now_ms, &mut c);
+                    let r = w.export_since(now_ms, since_ms, &mut c);
                     c.dedup();
                     (c, r)
                 })
@@ -102,6 +113,11 @@ pub fn export_workers(stages: &mut [&mut LbStage], now_ms: u32) -> (Carried, Exp
             .map(|h| h.join().expect("an export thread panicked"))
             .collect()
     });
+    merge_parts(parts)
+}
+
+/// Merge per-worker exports (each sorted, each key once) into one.
+fn merge_parts(parts: Vec<(Carried, Exported)>) -> (Carried, Exported) {
     let mut all = Carried::default();
     let mut sum = Exported::default();
     for (c, r) in parts {
@@ -150,7 +166,132 @@ fn merge<const N: usize>(
     out
 }
 
+/// Read handles on one worker's connection tables, for a checkpoint taken while it forwards.
+#[derive(Clone)]
+pub struct ConnReaders {
+    conn4: Reader<GeneralMap<[u8; 13], u64>>,
+    conn6: Reader<GeneralMap<[u8; 37], u64>>,
+}
+
+/// How many times a checkpoint scans a table again when the worker moved entries along cuckoo
+/// paths during the scan (an entry moved backwards across the scan position may have been
+/// missed); after that, the last scan stands and [`Checkpoint::unsure`] counts it.
+const SCAN_TRIES: usize = 3;
+
+/// What [`checkpoint`] copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// As for an export.
+    pub exported: Exported,
+    /// Tables scanned again because their worker moved entries meanwhile.
+    pub rescans: u64,
+    /// Tables whose last scan still overlapped moves: an entry may be missing from the copy
+    /// (its flow then goes by the backend sets' second chance and Maglev).
+    pub unsure: u64,
+}
+
+/// The connection entries of every worker, copied through `readers` while the workers forward
+/// (no worker stops or waits): each table is scanned bucket by bucket under the tables' version
+/// protocol, entries mapped to backend addresses through `snap`, at `now_ms` (the workers'
+/// clock). Entries that change after their bucket was read are the successor's delta
+/// ([`export_workers_since`] with this `now_ms`).
+pub fn checkpoint(readers: &[ConnReaders], snap: &Snapshot, now_ms: u32) -> (Carried, Checkpoint) {
+    let mut cp = Checkpoint::default();
+    let parts: Vec<(Carried, Exported)> = readers
+        .iter()
+        .map(|r| {
+            let mut c = Carried::default();
+            let mut e = Exported::default();
+            scan(&r.conn4, snap, now_ms, &mut c.v4, &mut e, &mut cp);
+            scan(&r.conn6, snap, now_ms, &mut c.v6, &mut e, &mut cp);
+            c.dedup();
+            (c, e)
+        })
+        .collect();
+    let (c, e) = merge_parts(parts);
+    cp.exported = e;
+    (c, cp)
+}
+
+/// One table of [`checkpoint`]: scan, and scan again while its writer moved entries meanwhile.
+fn scan<const N: usize>(
+    table: &Reader<GeneralMap<[u8; N], u64>>,
+    snap: &Snapshot,
+    now_ms: u32,
+    out: &mut Vec<([u8; N], CarriedEntry)>,
+    exported: &mut Exported,
+    cp: &mut Checkpoint,
+) {
+    for attempt in 0..SCAN_TRIES {
+        let moved = table.moved();
+        let mut e = Exported::default();
+        let mut v = Vec::with_capacity(table.len());
+        table.scan_range(0, table.buckets(), |k, val| {
+            if let Some(c) = carried_entry(snap, *val, now_ms, &mut e) {
+                v.push((*k, c));
+            }
+        });
+        let whole = table.moved() == moved;
+        if whole || attempt + 1 == SCAN_TRIES {
+            cp.unsure += u64::from(!whole);
+            out.append(&mut v);
+            exported.entries += e.entries;
+            exported.picked += e.picked;
+            exported.unknown += e.unknown;
+            return;
+        }
+        cp.rescans += 1;
+    }
+}
+
+/// The carried form of connection entry `v` at `now_ms`, or `None` (counted in `r`): a flow
+/// picked up under second chance, or a backend id `snap` does not name.
+fn carried_entry(snap: &Snapshot, v: u64, now_ms: u32, r: &mut Exported) -> Option<CarriedEntry> {
+    if entry_set(v) != 0 {
+        r.picked += 1;
+        return None;
+    }
+    let Some(b) = snap.backend(entry_backend(v)) else {
+        r.unknown += 1;
+        return None;
+    };
+    r.entries += 1;
+    Some(CarriedEntry {
+        backend: b.address,
+        embryonic: is_embryonic(v),
+        idle_ms: now_ms.wrapping_sub(entry_seen(v)),
+    })
+}
+
+/// Put `c` into every worker's tables at `now_ms`, each worker on its own thread (see
+/// [`LbStage::import`]); what each did.
+pub fn import_workers(
+    stages: &mut [LbStage],
+    c: &Carried,
+    now_ms: u32,
+    gap_ms: u64,
+) -> Vec<Imported> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = stages
+            .iter_mut()
+            .map(|w| s.spawn(move || w.import(c, now_ms, gap_ms)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("an import thread panicked"))
+            .collect()
+    })
+}
+
 impl LbStage {
+    /// Read handles on this worker's connection tables ([`checkpoint`]).
+    pub fn conn_readers(&self) -> ConnReaders {
+        ConnReaders {
+            conn4: self.tables.conn4.reader(),
+            conn6: self.tables.conn6.reader(),
+        }
+    }
+
     /// Put `carried` into this worker's tables on its own thread, before it receives its first
     /// packet (in its first `maintain`, which the driver runs before its first receive; or its
     /// first burst), and report to `slot`: the workers of a start fill their tables in parallel
@@ -181,25 +322,30 @@ impl LbStage {
     /// Append every connection entry of this worker to `out`, at `now_ms` (the workers' clock:
     /// `CLOCK_MONOTONIC` in ms). Leaves the tables as they are.
     pub fn export(&mut self, now_ms: u32, out: &mut Carried) -> Exported {
+        self.export_since(now_ms, None, out)
+    }
+
+    /// [`export`](Self::export) of only the entries whose flow saw a packet at or after
+    /// `since_ms`, when given.
+    pub fn export_since(
+        &mut self,
+        now_ms: u32,
+        since_ms: Option<u32>,
+        out: &mut Carried,
+    ) -> Exported {
         // A worker stopped before its first receive still holds what it was to carry.
         self.run_deferred_import(now_ms as u64 * 1_000_000);
         let snap = self.snap.get().clone();
         let mut r = Exported::default();
+        // Seen at or after `since` (the clock wraps: compare ages).
+        let horizon = since_ms.map(|s| now_ms.wrapping_sub(s));
         let mut one = |v: u64| -> Option<CarriedEntry> {
-            if entry_set(v) != 0 {
-                r.picked += 1;
-                return None;
+            if let Some(h) = horizon {
+                if now_ms.wrapping_sub(entry_seen(v)) > h {
+                    return None;
+                }
             }
-            let Some(b) = snap.backend(entry_backend(v)) else {
-                r.unknown += 1;
-                return None;
-            };
-            r.entries += 1;
-            Some(CarriedEntry {
-                backend: b.address,
-                embryonic: is_embryonic(v),
-                idle_ms: now_ms.wrapping_sub(entry_seen(v)),
-            })
+            carried_entry(&snap, v, now_ms, &mut r)
         };
         let t = &mut self.tables;
         let n4 = t.conn4.buckets();

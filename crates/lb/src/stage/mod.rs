@@ -65,7 +65,10 @@
 use crate::frag::{FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
-pub use carry::{export_workers, Exported, ImportReport, ImportSlot, Imported};
+pub use carry::{
+    checkpoint, export_workers, export_workers_since, import_workers, Checkpoint, ConnReaders,
+    Exported, ImportReport, ImportSlot, Imported,
+};
 use classify::classify;
 use decide::{decide, Decide};
 use emit::{icmp_limit, Emitter};

@@ -1,0 +1,378 @@
+//! The overlapped handover: a new process of an application takes over from the one running,
+//! while that one keeps forwarding until the last moment.
+//!
+//! A restart through the state directory (stop, write the state, start, read it) leaves the
+//! interfaces unserved for as long as the old process takes to export its state and the new one
+//! to start, open its ports and import it: about half a second per million connection entries.
+//! The overlapped handover moves all of that before the cut-over:
+//!
+//! ```text
+//! successor                               predecessor (forwarding all along until ✂)
+//! connect <state dir>/handover.sock ───►  accept (its handover thread)
+//! hello "flowplane-handover 1 <app>" ───►
+//!                                    ◄─── ok
+//!                                    ◄─── checkpoint: its state, copied while the workers
+//!                                         forward (the application's bytes)
+//! open the ports holding (AF_PACKET: a filter drops every frame), make the stages, fill
+//! them with the checkpoint
+//! cut ──────────────────────────────────► ✂ stop the workers; the delta: what changed since
+//!                                    ◄─── the checkpoint (with the wall-clock ms of the stop)
+//! put the delta into the stages                 close the ports (detach the XDP program)
+//!                                    ◄─── released
+//! release the held ports (or, for AF_XDP, open them now), start the workers; the predecessor
+//! exits
+//! ```
+//!
+//! The forwarding gap is the delta (stop, export, transfer, import) plus releasing or opening
+//! the ports, independent of how many entries the checkpoint carried. Frames that reach the
+//! predecessor's sockets after it stopped are not forwarded (a TCP sender retransmits them);
+//! no frame is forwarded twice.
+//!
+//! Failures lose nothing: a predecessor that refuses (another application, another protocol
+//! version) or stops answering before the cut-over keeps running, and the successor exits with
+//! the reason; a successor that disappears after asking for the cut-over leaves the predecessor
+//! to keep its state the other way (the state file for the next start) and exit.
+//!
+//! Frames on the socket: a tag byte, a little-endian `u64` length, the payload.
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The protocol's name and version, sent first by the successor.
+const HELLO: &str = "flowplane-handover 1";
+const TAG_HELLO: u8 = b'H';
+const TAG_OK: u8 = b'K';
+const TAG_REFUSE: u8 = b'E';
+const TAG_CHECKPOINT: u8 = b'C';
+const TAG_CUT: u8 = b'X';
+const TAG_DELTA: u8 = b'D';
+const TAG_RELEASED: u8 = b'Z';
+const TAG_DONE: u8 = b'A';
+/// Larger frames are refused (a damaged stream, not a state).
+const MAX_FRAME: u64 = 64 << 30;
+
+/// How long either side waits for the other's next step before it gives up: the successor fills
+/// its tables between the checkpoint and the cut-over (seconds per ten million entries).
+pub const STEP_WAIT: Duration = Duration::from_secs(600);
+
+/// The state of an application, copied while its workers run: what [`crate::Service::checkpoint`]
+/// returns, run on the handover thread.
+pub type Checkpointer = Box<dyn FnMut() -> Result<Vec<u8>> + Send>;
+
+fn send(s: &mut UnixStream, tag: u8, payload: &[u8]) -> std::io::Result<()> {
+    let mut head = [0u8; 9];
+    head[0] = tag;
+    head[1..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    s.write_all(&head)?;
+    s.write_all(payload)?;
+    s.flush()
+}
+
+fn receive(s: &mut UnixStream) -> Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head)?;
+    let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+    if len > MAX_FRAME {
+        bail!("a frame of {len} bytes: not a handover stream");
+    }
+    let mut payload = vec![0u8; len as usize];
+    s.read_exact(&mut payload)?;
+    Ok((head[0], payload))
+}
+
+fn expect(s: &mut UnixStream, tag: u8, what: &str) -> Result<Vec<u8>> {
+    match receive(s).with_context(|| format!("waiting for the {what}"))? {
+        (t, p) if t == tag => Ok(p),
+        (TAG_REFUSE, why) => Err(anyhow!(
+            "the running process refused: {}",
+            String::from_utf8_lossy(&why)
+        )),
+        (t, _) => Err(anyhow!("expected the {what}, got frame {:?}", t as char)),
+    }
+}
+
+/// The successor's side of a handover in progress.
+pub struct Successor {
+    stream: UnixStream,
+    path: PathBuf,
+}
+
+/// What the predecessor sent at the cut-over.
+#[derive(Debug)]
+pub struct Delta {
+    /// Wall-clock ms (since the Unix epoch) when its workers stopped.
+    pub stopped_ms: u64,
+    /// The application's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Successor {
+    /// Ask the process listening on `path` (if any) to hand over to this one, as application
+    /// `app`. `Ok(None)`: nobody listens (no socket, or a stale one: no process runs). An error:
+    /// someone listens but refused or broke off; it keeps running.
+    pub fn connect(path: &Path, app: &str) -> Result<Option<(Successor, Vec<u8>)>> {
+        let mut stream = match UnixStream::connect(path) {
+            Ok(s) => s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
+        };
+        stream.set_read_timeout(Some(STEP_WAIT))?;
+        send(&mut stream, TAG_HELLO, format!("{HELLO} {app}").as_bytes())?;
+        expect(&mut stream, TAG_OK, "answer to the handover request")?;
+        let checkpoint = expect(&mut stream, TAG_CHECKPOINT, "checkpoint")?;
+        Ok(Some((
+            Successor {
+                stream,
+                path: path.to_path_buf(),
+            },
+            checkpoint,
+        )))
+    }
+
+    /// The socket this successor talks to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Ask for the cut-over: the predecessor stops forwarding and sends what changed since its
+    /// checkpoint.
+    pub fn cut(&mut self) -> Result<Delta> {
+        send(&mut self.stream, TAG_CUT, &[])?;
+        let p = expect(&mut self.stream, TAG_DELTA, "delta")?;
+        if p.len() < 8 {
+            bail!("a delta of {} bytes", p.len());
+        }
+        let stopped_ms = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+        Ok(Delta {
+            stopped_ms,
+            bytes: p[8..].to_vec(),
+        })
+    }
+
+    /// Tell the predecessor this process has taken over (after it told the service manager it
+    /// is the main process now): the predecessor may exit.
+    pub fn confirm(&mut self) -> std::io::Result<()> {
+        send(&mut self.stream, TAG_DONE, &[])
+    }
+
+    /// Wait until the predecessor has closed its ports (its XDP program detached, its queues
+    /// free to bind). A predecessor that exited without saying so has closed them too.
+    pub fn wait_released(mut self) -> Result<()> {
+        match receive(&mut self.stream) {
+            Ok((TAG_RELEASED, _)) => Ok(()),
+            Ok((t, _)) => Err(anyhow!("expected the release, got frame {:?}", t as char)),
+            Err(e) => match e.downcast_ref::<std::io::Error>() {
+                Some(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+}
+
+/// The predecessor's side: a listener on the state directory's socket, served on its own
+/// thread until one successor asks for the cut-over.
+pub struct Listener {
+    path: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A successor waiting for the delta: the predecessor's workers must stop now.
+pub struct Cut {
+    stream: UnixStream,
+}
+
+impl Cut {
+    /// Send the delta (`stopped_ms`: wall-clock ms when the workers stopped).
+    pub fn delta(&mut self, stopped_ms: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let mut p = Vec::with_capacity(8 + bytes.len());
+        p.extend_from_slice(&stopped_ms.to_le_bytes());
+        p.extend_from_slice(bytes);
+        send(&mut self.stream, TAG_DELTA, &p)
+    }
+
+    /// Tell the successor the ports are closed, then wait (at most `wait`) until it confirms it
+    /// has taken over ([`Successor::confirm`]) or goes away: a service manager must learn of
+    /// its new main process before this one exits.
+    pub fn released(mut self, wait: Duration) {
+        let _ = send(&mut self.stream, TAG_RELEASED, &[]);
+        let _ = self.stream.set_read_timeout(Some(wait));
+        let _ = receive(&mut self.stream);
+    }
+}
+
+impl Listener {
+    /// Listen on `path` (a stale socket of a process that no longer runs is replaced) and serve
+    /// successors of application `app` on a thread: each gets a checkpoint from `checkpoint`;
+    /// the first that asks for the cut-over is handed to `cut` (the control thread's channel),
+    /// and the thread ends.
+    pub fn start(
+        path: &Path,
+        app: &'static str,
+        mut checkpoint: Checkpointer,
+        cut: impl Fn(Cut) -> bool + Send + 'static,
+    ) -> Result<Listener> {
+        // A socket file nobody listens on is a crashed predecessor's: take its place. One that
+        // answers is a live process of this application: do not steal its successors.
+        if UnixStream::connect(path).is_ok() {
+            bail!(
+                "{}: another process of this application listens there",
+                path.display()
+            );
+        }
+        let _ = std::fs::remove_file(path);
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+        listener.set_nonblocking(true)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("fp-{app}-handover"))
+            .spawn(move || {
+                use std::sync::atomic::Ordering;
+                while !stopped.load(Ordering::Acquire) {
+                    let stream = match listener.accept() {
+                        Ok((s, _)) => s,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                        Err(e) => {
+                            fp_control::log(format_args!("handover socket: {e}"));
+                            std::thread::sleep(Duration::from_millis(200));
+                            continue;
+                        }
+                    };
+                    match serve_one(stream, app, &mut checkpoint) {
+                        Ok(Some(c)) => {
+                            if cut(c) {
+                                return;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => fp_control::log(format_args!("handover: {e:#}")),
+                    }
+                }
+            })
+            .context("starting the handover thread")?;
+        Ok(Listener {
+            path: path.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop listening and remove the socket.
+    pub fn close(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+/// One successor: hello, checkpoint, then wait for the cut-over (`None`: it went away first).
+fn serve_one(mut s: UnixStream, app: &str, checkpoint: &mut Checkpointer) -> Result<Option<Cut>> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let hello = expect(&mut s, TAG_HELLO, "hello")?;
+    let want = format!("{HELLO} {app}");
+    if hello != want.as_bytes() {
+        let why = format!(
+            "this process speaks {want:?}, the newcomer {:?}",
+            String::from_utf8_lossy(&hello)
+        );
+        let _ = send(&mut s, TAG_REFUSE, why.as_bytes());
+        bail!("refused a successor: {why}");
+    }
+    send(&mut s, TAG_OK, &[])?;
+    let t0 = std::time::Instant::now();
+    let bytes = match checkpoint() {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = send(&mut s, TAG_REFUSE, format!("{e:#}").as_bytes());
+            return Err(e.context("taking the checkpoint"));
+        }
+    };
+    send(&mut s, TAG_CHECKPOINT, &bytes)?;
+    fp_control::log(format_args!(
+        "handover: a successor connected; checkpoint of {} bytes sent ({} ms); waiting for it \
+         to ask for the cut-over",
+        bytes.len(),
+        t0.elapsed().as_millis()
+    ));
+    s.set_read_timeout(Some(STEP_WAIT))?;
+    match receive(&mut s) {
+        Ok((TAG_CUT, _)) => Ok(Some(Cut { stream: s })),
+        Ok((t, _)) => bail!("expected the cut-over, got frame {:?}", t as char),
+        Err(e) => {
+            fp_control::log(format_args!(
+                "handover: the successor went away before the cut-over ({e:#}); forwarding on"
+            ));
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_successor_gets_the_checkpoint_then_the_delta_then_the_release() {
+        let dir = std::env::temp_dir().join(format!("fp-handover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("handover.sock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let listener = Listener::start(
+            &path,
+            "test",
+            Box::new(|| Ok(b"state".to_vec())),
+            move |c| tx.send(c).is_ok(),
+        )
+        .unwrap();
+        // A second listener on a live socket is refused.
+        assert!(Listener::start(&path, "test", Box::new(|| Ok(vec![])), |_| true).is_err());
+        // Another application is refused, and the predecessor keeps listening.
+        let e = Successor::connect(&path, "other").err().unwrap();
+        assert!(format!("{e:#}").contains("refused"), "{e:#}");
+        let (mut succ, cp) = Successor::connect(&path, "test").unwrap().unwrap();
+        assert_eq!(cp, b"state");
+        let predecessor = std::thread::spawn(move || {
+            let mut cut = rx.recv().unwrap();
+            cut.delta(1234, b"changed").unwrap();
+            cut.released(Duration::from_secs(5));
+        });
+        let d = succ.cut().unwrap();
+        assert_eq!((d.stopped_ms, d.bytes.as_slice()), (1234, &b"changed"[..]));
+        succ.confirm().unwrap();
+        succ.wait_released().unwrap();
+        predecessor.join().unwrap();
+        listener.close();
+        assert!(!path.exists());
+        // Nobody listens: no handover.
+        assert!(Successor::connect(&path, "test").unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
