@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 declare -A CMD=(
   [lb]="lb"
   [live]="live"
+  [handover]="handover"
   [switch-memory]="switch --parts memory --billion"
   [switch-live-fib]="switch --parts live_fib --billion"
   [fib]="fib --plots docs/plots"
@@ -24,7 +25,7 @@ declare -A CMD=(
   [cluster]="cluster"
   [fib-dpdk]="fib --cases dpdk --sizes 64M,256M --threads 1"
 )
-ORDER=(lb live switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk)
+ORDER=(lb live handover switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk)
 # Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released
 # after it; without them the tables fall back to transparent huge pages, which the records say).
 declare -A RESERVE=(

@@ -100,7 +100,67 @@ def t_lb(runs):
             "written to the state directory by the stopping process and put into the new workers' "
             "tables by the next): " + "; ".join(parts) + "."
         )
+    handovers = sorted(r.find("handover_gap_ms"), key=lambda x: (x["params"]["entries"], x["params"]["delta"]))
+    if handovers:
+        rows = [
+            [
+                f"{h['params']['entries'] / 1e6:.2f} M",
+                num(h["params"]["delta"]),
+                num(h["params"]["checkpoint_ms"]),
+                num(h["params"]["fill_ms"]),
+                num(h["value"]),
+                num(h["peer_value"]),
+                ratio(h.get("ratio")),
+            ]
+            for h in handovers
+        ]
+        text += (
+            "\n\nThe overlapped handover of the same entries (`handover_gap_ms`): the checkpoint read "
+            "through the tables' readers while the worker could forward, the successor's 2 workers "
+            "filling their tables (both before the cut-over), then at the cut-over the export of the "
+            "entries seen since the checkpoint (the delta), its transfer and its import; the peer is "
+            "the restart above (stop plus start). Stopping the workers and the ports are not in it: "
+            "`bench handover` measures the whole gap on the wire.\n\n"
+            + table(
+                ["entries", "delta", "checkpoint ms", "fill ms", "cut-over ms", "restart ms", "ratio"],
+                rows,
+                ["---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+            )
+        )
     return text + "\n\n" + source(r)
+
+
+def t_handover(runs):
+    """`bench handover`: the forwarding gap of a restart on the wire, handover against stop-start."""
+    r = runs["handover"]
+    rows = []
+    for x in r.find("gap_ms"):
+        p = x["params"]
+        rows.append(
+            [
+                p["driver"],
+                size(p["entries"]),
+                f"{num(x['value'])} ({p['range_ms']})",
+                num(p["frames_lost"]),
+                f"{num(x['peer_value'])} ({p['peer_range_ms']})",
+                num(p["peer_frames_lost"]),
+                ratio(x.get("ratio")),
+            ]
+        )
+    first = r.find("gap_ms")[0]["params"]
+    return (
+        f"`flowplane run` with {first['workers']} workers tracking {size(first['entries'])} connections, "
+        f"UDP frames of 1024 flows at {num(first['kpps'])} kpps; the gap is the longest time between two "
+        "packets the balancer forwarded, from the change until the successor has run 0.5 s (medians of "
+        f"{first['rounds']} alternated rounds, range in brackets):\n\n"
+        + table(
+            ["driver", "tracked", "handover gap ms", "frames lost", "stop-start gap ms", "frames lost", "ratio"],
+            rows,
+            ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        )
+        + "\n\n"
+        + source(r)
+    )
 
 
 def cache_table(r, size_key, what):
@@ -458,6 +518,7 @@ def t_cluster_capacity(runs):
 TABLES = {
     "lb": t_lb,
     "live": t_live,
+    "handover": t_handover,
     "switch-memory": t_switch_memory,
     "switch-live-fib": t_switch_live_fib,
     "fib": t_fib,
