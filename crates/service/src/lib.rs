@@ -17,6 +17,10 @@
 //! `flowplane_uptime_seconds`, `flowplane_workers`, `flowplane_trace_records_total{result}` and
 //! the engine's `flowplane_port_{rx,tx,rx_dropped,tx_dropped}_frames_total{port,interface}`.
 //!
+//! A running process can hand its state and its ports over to a new process of the same
+//! application while it forwards ([`handover`]): the gap of a restart or an upgrade is then the
+//! cut-over alone.
+//!
 //! The control thread never polls on a sleep: it waits on one channel for signals (forwarded by
 //! a thread sleeping on the signal self-pipe), reload requests and application events, with a
 //! timeout that is the next tick. See [`runner`] for the order of start-up and shutdown.

@@ -15,6 +15,15 @@
 //! `RELOADING=1` and `READY=1`; the admin server waits for the answer, so `/metrics`, which reads
 //! only the [`View`], is never held up by a reload.
 //!
+//! Taking over ([`crate::handover`]): when [`Service::handover_socket`] names a socket a process
+//! of the same application listens on, start-up asks it for a checkpoint first, opens the ports
+//! holding (or, for a driver that cannot hold, after the cut-over), makes and fills the stages,
+//! asks for the cut-over, puts the delta in, says `MAINPID=`, releases the ports and starts the
+//! workers. A running process with a checkpointer listens on that socket; a successor's cut-over
+//! ends its control loop, and its shutdown then skips the drain, sends the delta after the
+//! workers stopped, closes the ports and says so. `SIGUSR2` starts the binary's path again with
+//! this process's arguments, to take over.
+//!
 //! Shutdown (`SIGTERM`/`SIGINT`, [`Events::stop`], a dead worker or a hook's error), in order:
 //! [`Service::drain`] (withdraw from the network; the workers keep forwarding for the time it
 //! returns), `STOPPING=1`, the drain, [`Service::shutdown`], the admin server, the workers (with
