@@ -111,9 +111,10 @@ pub struct Delta {
 
 impl Successor {
     /// Ask the process listening on `path` (if any) to hand over to this one, as application
-    /// `app`. `Ok(None)`: nobody listens (no socket, or a stale one: no process runs). An error:
+    /// `app` on the interfaces `scope` names (a process serving other interfaces refuses).
+    /// `Ok(None)`: nobody listens (no socket, or a stale one: no process runs). An error:
     /// someone listens but refused or broke off; it keeps running.
-    pub fn connect(path: &Path, app: &str) -> Result<Option<(Successor, Vec<u8>)>> {
+    pub fn connect(path: &Path, app: &str, scope: &str) -> Result<Option<(Successor, Vec<u8>)>> {
         let mut stream = match UnixStream::connect(path) {
             Ok(s) => s,
             Err(e)
@@ -127,7 +128,11 @@ impl Successor {
             Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
         };
         stream.set_read_timeout(Some(STEP_WAIT))?;
-        send(&mut stream, TAG_HELLO, format!("{HELLO} {app}").as_bytes())?;
+        send(
+            &mut stream,
+            TAG_HELLO,
+            format!("{HELLO} {app} {scope}").as_bytes(),
+        )?;
         expect(&mut stream, TAG_OK, "answer to the handover request")?;
         let checkpoint = expect(&mut stream, TAG_CHECKPOINT, "checkpoint")?;
         Ok(Some((
@@ -213,12 +218,14 @@ impl Cut {
 
 impl Listener {
     /// Listen on `path` (a stale socket of a process that no longer runs is replaced) and serve
-    /// successors of application `app` on a thread: each gets a checkpoint from `checkpoint`;
+    /// successors of application `app` on the interfaces `scope` names, on a thread (others
+    /// are refused): each gets a checkpoint from `checkpoint`;
     /// the first that asks for the cut-over is handed to `cut` (the control thread's channel),
     /// and the thread ends.
     pub fn start(
         path: &Path,
         app: &'static str,
+        scope: String,
         mut checkpoint: Checkpointer,
         cut: impl Fn(Cut) -> bool + Send + 'static,
     ) -> Result<Listener> {
@@ -253,7 +260,7 @@ impl Listener {
                             continue;
                         }
                     };
-                    match serve_one(stream, app, &mut checkpoint) {
+                    match serve_one(stream, &format!("{app} {scope}"), &mut checkpoint) {
                         Ok(Some(c)) => {
                             if cut(c) {
                                 return;
@@ -292,12 +299,13 @@ impl Drop for Listener {
     }
 }
 
-/// One successor: hello, checkpoint, then wait for the cut-over (`None`: it went away first).
-fn serve_one(mut s: UnixStream, app: &str, checkpoint: &mut Checkpointer) -> Result<Option<Cut>> {
+/// One successor of `who` (the application and its interfaces): hello, checkpoint, then wait
+/// for the cut-over (`None`: it went away first).
+fn serve_one(mut s: UnixStream, who: &str, checkpoint: &mut Checkpointer) -> Result<Option<Cut>> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let hello = expect(&mut s, TAG_HELLO, "hello")?;
-    let want = format!("{HELLO} {app}");
+    let want = format!("{HELLO} {who}");
     if hello != want.as_bytes() {
         let why = format!(
             "this process speaks {want:?}, the newcomer {:?}",
@@ -348,16 +356,27 @@ mod tests {
         let listener = Listener::start(
             &path,
             "test",
+            "eth0".into(),
             Box::new(|| Ok(b"state".to_vec())),
             move |c| tx.send(c).is_ok(),
         )
         .unwrap();
         // A second listener on a live socket is refused.
-        assert!(Listener::start(&path, "test", Box::new(|| Ok(vec![])), |_| true).is_err());
-        // Another application is refused, and the predecessor keeps listening.
-        let e = Successor::connect(&path, "other").err().unwrap();
-        assert!(format!("{e:#}").contains("refused"), "{e:#}");
-        let (mut succ, cp) = Successor::connect(&path, "test").unwrap().unwrap();
+        assert!(Listener::start(
+            &path,
+            "test",
+            "eth0".into(),
+            Box::new(|| Ok(vec![])),
+            |_| true
+        )
+        .is_err());
+        // Another application, or the same on other interfaces, is refused, and the predecessor
+        // keeps listening.
+        for (app, scope) in [("other", "eth0"), ("test", "eth1")] {
+            let e = Successor::connect(&path, app, scope).err().unwrap();
+            assert!(format!("{e:#}").contains("refused"), "{e:#}");
+        }
+        let (mut succ, cp) = Successor::connect(&path, "test", "eth0").unwrap().unwrap();
         assert_eq!(cp, b"state");
         let predecessor = std::thread::spawn(move || {
             let mut cut = rx.recv().unwrap();
@@ -372,7 +391,7 @@ mod tests {
         listener.close();
         assert!(!path.exists());
         // Nobody listens: no handover.
-        assert!(Successor::connect(&path, "test").unwrap().is_none());
+        assert!(Successor::connect(&path, "test", "eth0").unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

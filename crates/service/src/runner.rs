@@ -372,7 +372,8 @@ fn serve<S: Service>(
     // A process of this application forwarding on these ports hands over to this one.
     let mut successor = None;
     if let (Some(path), Some(_)) = (service.handover_socket(), &how.workers) {
-        successor = Successor::connect(&path, app).with_context(|| {
+        let scope = service.ports().interfaces.join(",");
+        successor = Successor::connect(&path, app, &scope).with_context(|| {
             format!(
                 "taking over from the {app} process listening on {} (it keeps running)",
                 path.display()
@@ -522,7 +523,8 @@ fn serve<S: Service>(
     let mut listener = match (service.handover_socket(), service.checkpointer()) {
         (Some(path), Some(checkpoint)) => {
             let tx = tx.clone();
-            match Listener::start(&path, app, checkpoint, move |c| {
+            let scope = interfaces.join(",");
+            match Listener::start(&path, app, scope, checkpoint, move |c| {
                 tx.send(Msg::Cut(c)).is_ok()
             }) {
                 Ok(l) => Some(l),
