@@ -118,7 +118,7 @@ def t_lb(runs):
             "\n\nThe overlapped handover of the same entries (`handover_gap_ms`): the checkpoint read "
             "through the tables' readers while the worker could forward, the successor's 2 workers "
             "filling their tables (both before the cut-over), then at the cut-over the export of the "
-            "entries seen since the checkpoint (the delta), its transfer and its import; the peer is "
+            "entries written since the checkpoint (the delta), its transfer and its import; the peer is "
             "the restart above (stop plus start). Stopping the workers and the ports are not in it: "
             "`bench handover` measures the whole gap on the wire.\n\n"
             + table(

@@ -311,7 +311,7 @@ pub fn run(a: LbArgs) -> Result<()> {
         let restart_ms = takeover(&mut rep, w, &snaps, a.common.seed)?;
         for h in handed {
             rep.note(&format!(
-                "handover of {} entries, {} seen since its checkpoint: checkpoint while \
+                "handover of {} entries, {} written since its checkpoint: checkpoint while \
                  forwarding {:.0} ms, the successor's {} workers fill their tables {:.0} ms (both \
                  before the cut-over); at the cut-over: delta export {:.1} ms, transfer {:.1} \
                  ms, import {:.1} ms",

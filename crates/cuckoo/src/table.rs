@@ -744,6 +744,11 @@ impl<L: Layout> RawTable<L> {
         // odd-version window over both buckets.
         let v = self.view();
         let mut buf = [0u64; MAX_WORDS];
+        // Counted before the first move: a reader that sees any of them (through the version
+        // protocol's fences) sees the count changed.
+        let moved = search.path.len() - 1;
+        let total = self.moved.load(Ordering::Relaxed);
+        self.moved.store(total + moved as u64, Ordering::Release);
         for i in 0..search.path.len() - 1 {
             let (to_b, to_s) = search.path[i];
             let (from_b, from_s) = search.path[i + 1];
@@ -755,9 +760,6 @@ impl<L: Layout> RawTable<L> {
             self.clear_slot(from_b, from_s);
             self.unlock(from_b, to_b, old);
         }
-        let moved = search.path.len() - 1;
-        let total = self.moved.load(Ordering::Relaxed);
-        self.moved.store(total + moved as u64, Ordering::Release);
         search.moves += moved as u64;
         search.longest = search.longest.max(moved);
         Ok(*search.path.last().expect("path has a root"))

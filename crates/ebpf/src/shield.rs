@@ -311,6 +311,15 @@ impl VipShield {
                 filter,
                 created_qdisc,
             }) => {
+                // Another process may have put its own shield at our position since (one taking
+                // over from this one): then the filter and the qdisc are its, and stay.
+                let ours = self.prog.info().map(|i| i.id).ok();
+                if nl
+                    .filter_prog_id(&filter)?
+                    .is_some_and(|id| Some(id) != ours)
+                {
+                    return Ok(());
+                }
                 nl.filter_del(&filter)?;
                 if created_qdisc {
                     nl.clsact_del(filter.ifindex)?;

@@ -157,8 +157,9 @@ impl LiveControl {
 
     /// Let ports opened holding ([`LiveSpec::hold`]) receive from now on; a no-op for ports that
     /// do not hold.
-    pub fn release(&self) -> Result<(), LiveError> {
-        for r in &self.releases {
+    pub fn release(&mut self) -> Result<(), LiveError> {
+        // Once released, the duplicate descriptors go: the sockets close with their ports.
+        for r in std::mem::take(&mut self.releases) {
             r().map_err(|source| LiveError::Release { source })?;
         }
         Ok(())

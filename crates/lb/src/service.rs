@@ -159,13 +159,18 @@ pub struct LbService {
     takeover: Takeover,
     /// Read handles on every worker's connection tables: the overlapped handover's checkpoint.
     readers: Vec<ConnReaders>,
-    /// The workers' clock (ms) when the last checkpoint was taken ([`NO_CHECKPOINT`]: none):
-    /// its delta is every entry seen since.
+    /// The workers' clock (ms) from which the last checkpoint's delta counts ([`NO_CHECKPOINT`]:
+    /// every entry): the entries written (inserted, or their last-seen time rewritten) since.
     checkpoint_ms: Arc<AtomicU64>,
 }
 
-/// No checkpoint was taken ([`LbService::checkpoint_ms`]).
+/// No checkpoint was taken, or one that may have missed entries ([`LbService::checkpoint_ms`]):
+/// the delta is every entry.
 const NO_CHECKPOINT: u64 = u64::MAX;
+
+/// The delta starts this long before its checkpoint: a frame waits in its port's ring before its
+/// worker inserts its entry with the frame's receive time.
+const DELTA_MARGIN_MS: u32 = 250;
 
 impl LbService {
     fn new(
@@ -397,7 +402,7 @@ impl Service for LbService {
                     "warm start, handed over by the running process: {} connection entries of \
                      its checkpoint carried into each of {} worker(s) in {} ms (of {} read: \
                      backend removed {}, idled out {}, table full {}) while it forwarded, then \
-                     {} seen since; {} ms without forwarding",
+                     {} written since; {} ms without forwarding",
                     t.carried,
                     self.stats.len(),
                     t.load_ms,
@@ -553,7 +558,15 @@ impl Service for LbService {
             let now = monotonic_ms();
             let (mut c, cp) = crate::stage::checkpoint(&readers, &snapshots.load(), now);
             c.stopped_ms = crate::carry::wall_ms();
-            at.store(u64::from(now), Ordering::Release);
+            // The delta: entries written since a little before the scan began (an entry's time
+            // is its frame's receive stamp, which may precede its insert); after a scan that
+            // may have missed entries (moves in every try), all of them.
+            let since = if cp.unsure > 0 {
+                NO_CHECKPOINT
+            } else {
+                u64::from(now.wrapping_sub(DELTA_MARGIN_MS))
+            };
+            at.store(since, Ordering::Release);
             log(format_args!(
                 "handover checkpoint: {} connection entries ({} of flows picked up under second \
                  chance left out; {} table(s) scanned again, {} with moves during the scan)",
@@ -566,7 +579,7 @@ impl Service for LbService {
         }))
     }
 
-    /// The entries seen since the checkpoint (every entry without one).
+    /// The entries written since the checkpoint (every entry without one).
     fn delta(&mut self, stages: &mut [Finished<LbStage>]) -> Vec<u8> {
         let t0 = std::time::Instant::now();
         let since = match self.checkpoint_ms.load(Ordering::Acquire) {
@@ -578,17 +591,20 @@ impl Service for LbService {
         c.stopped_ms = crate::carry::wall_ms();
         let bytes = crate::carry::encode(&c);
         log(format_args!(
-            "handover delta: {} connection entries seen since the checkpoint ({} ms)",
+            "handover delta: {} connection entries written since the checkpoint ({} ms)",
             c.len(),
             t0.elapsed().as_millis()
         ));
         bytes
     }
 
-    fn handed_over(&mut self, _stages: Vec<Finished<LbStage>>) {
+    fn handed_over(&mut self, stages: Vec<Finished<LbStage>>) {
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
         log(format_args!("drops: {}", totals.drops_line()));
         log("handed over: the successor forwards with this process's connection entries");
+        // Also the other way, for a start after a crash of the successor (its own stop
+        // overwrites the file).
+        self.keep_connections(stages);
     }
 
     fn take_checkpoint(&mut self, bytes: &[u8], stages: &mut [LbStage]) -> Result<()> {

@@ -15,12 +15,12 @@
 //!                                         forward (the application's bytes)
 //! open the ports holding (AF_PACKET: a filter drops every frame), make the stages, fill
 //! them with the checkpoint
-//! cut ──────────────────────────────────► ✂ stop the workers; the delta: what changed since
-//!                                    ◄─── the checkpoint (with the wall-clock ms of the stop)
-//! put the delta into the stages                 close the ports (detach the XDP program)
+//! cut ──────────────────────────────────► ✂ stop the workers; the delta: what was written
+//!                                    ◄─── since the checkpoint (with the wall-clock ms of the stop)
+//! MAINPID= to the service manager; done ─►      close the ports (detach the XDP program)
+//! put the delta into the stages; AF_PACKET: release the held ports and start the workers
 //!                                    ◄─── released
-//! release the held ports (or, for AF_XDP, open them now), start the workers; the predecessor
-//! exits
+//! AF_XDP: open the ports now and start the workers      wait for done, exit
 //! ```
 //!
 //! The forwarding gap is the delta (stop, export, transfer, import) plus releasing or opening
@@ -51,14 +51,16 @@ const TAG_CUT: u8 = b'X';
 const TAG_DELTA: u8 = b'D';
 const TAG_RELEASED: u8 = b'Z';
 const TAG_DONE: u8 = b'A';
-/// Larger frames are refused (a damaged stream, not a state).
+/// Larger checkpoints and deltas are refused (a damaged stream, not a state).
 const MAX_FRAME: u64 = 64 << 30;
+/// Larger frames of the other kinds are refused.
+const MAX_SMALL: u64 = 64 << 10;
 
 /// How long either side waits for the other's next step before it gives up: the successor fills
 /// its tables between the checkpoint and the cut-over (seconds per ten million entries).
 pub const STEP_WAIT: Duration = Duration::from_secs(600);
 
-/// The state of an application, copied while its workers run: what [`crate::Service::checkpoint`]
+/// The state of an application, copied while its workers run: what [`crate::Service::checkpointer`]
 /// returns, run on the handover thread.
 pub type Checkpointer = Box<dyn FnMut() -> Result<Vec<u8>> + Send>;
 
@@ -75,7 +77,11 @@ fn receive(s: &mut UnixStream) -> Result<(u8, Vec<u8>)> {
     let mut head = [0u8; 9];
     s.read_exact(&mut head)?;
     let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
-    if len > MAX_FRAME {
+    let cap = match head[0] {
+        TAG_CHECKPOINT | TAG_DELTA => MAX_FRAME,
+        _ => MAX_SMALL,
+    };
+    if len > cap {
         bail!("a frame of {len} bytes: not a handover stream");
     }
     let mut payload = vec![0u8; len as usize];
@@ -128,6 +134,7 @@ impl Successor {
             Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
         };
         stream.set_read_timeout(Some(STEP_WAIT))?;
+        stream.set_write_timeout(Some(STEP_WAIT))?;
         send(
             &mut stream,
             TAG_HELLO,
@@ -190,6 +197,9 @@ pub struct Listener {
     path: PathBuf,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The successor being served, if any: shut down by [`Listener::close`] so the thread does
+    /// not wait for it.
+    active: std::sync::Arc<std::sync::Mutex<Option<UnixStream>>>,
 }
 
 /// A successor waiting for the delta: the predecessor's workers must stop now.
@@ -243,6 +253,8 @@ impl Listener {
         listener.set_nonblocking(true)?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
+        let active = std::sync::Arc::new(std::sync::Mutex::new(None::<UnixStream>));
+        let serving = active.clone();
         let thread = std::thread::Builder::new()
             .name(format!("fp-{app}-handover"))
             .spawn(move || {
@@ -260,7 +272,15 @@ impl Listener {
                             continue;
                         }
                     };
-                    match serve_one(stream, &format!("{app} {scope}"), &mut checkpoint) {
+                    if let Ok(c) = stream.try_clone() {
+                        *serving.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+                    }
+                    let served = serve_one(stream, &format!("{app} {scope}"), &mut checkpoint);
+                    *serving.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    if stopped.load(Ordering::Acquire) {
+                        return;
+                    }
+                    match served {
                         Ok(Some(c)) => {
                             if cut(c) {
                                 return;
@@ -276,6 +296,7 @@ impl Listener {
             path: path.to_path_buf(),
             stop,
             thread: Some(thread),
+            active,
         })
     }
 
@@ -286,6 +307,15 @@ impl Listener {
 
     fn shut(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
+        // A successor being served is cut off (it exits; this process goes on stopping).
+        if let Some(s) = self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -304,6 +334,7 @@ impl Drop for Listener {
 fn serve_one(mut s: UnixStream, who: &str, checkpoint: &mut Checkpointer) -> Result<Option<Cut>> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(STEP_WAIT))?;
     let hello = expect(&mut s, TAG_HELLO, "hello")?;
     let want = format!("{HELLO} {who}");
     if hello != want.as_bytes() {

@@ -371,6 +371,9 @@ fn serve<S: Service>(
 
     // A process of this application forwarding on these ports hands over to this one.
     let mut successor = None;
+    // Started by a running process's SIGUSR2: without a predecessor to take over from, starting
+    // anyway would make two processes forward.
+    let must_take_over = std::env::var_os(TAKE_OVER_ENV).is_some();
     if let (Some(path), Some(_)) = (service.handover_socket(), &how.workers) {
         let scope = service.ports().interfaces.join(",");
         successor = Successor::connect(&path, app, &scope).with_context(|| {
@@ -379,6 +382,13 @@ fn serve<S: Service>(
                 path.display()
             )
         })?;
+        if successor.is_none() && must_take_over {
+            return Err(anyhow!(
+                "started to take over from the running {app} process, but none answers on {}; \
+                 not starting (it keeps running, or it stopped: start the service again)",
+                path.display()
+            ));
+        }
         if let Some((s, cp)) = &successor {
             log(format_args!(
                 "taking over from the {app} process listening on {} (this is pid {}): \
@@ -439,7 +449,13 @@ fn serve<S: Service>(
                         "warning: the predecessor went away at the cut-over: {e}"
                     ));
                 }
-                service.take_delta(&delta, &mut stages)?;
+                if let Err(e) = service.take_delta(&delta, &mut stages) {
+                    // The predecessor has stopped: forward with the checkpoint rather than not.
+                    log(format_args!(
+                        "warning: the predecessor's delta not taken ({e:#}); forwarding with its \
+                         checkpoint"
+                    ));
+                }
                 log(format_args!(
                     "cut-over: the predecessor's delta ({} bytes) came {} ms after asking, put \
                      into the workers in {} ms",
@@ -449,13 +465,16 @@ fn serve<S: Service>(
                 ));
                 took_over_at = Some(delta.stopped_ms);
             }
-            // The predecessor stopped answering: it stopped or died; what the checkpoint held
-            // is what this start has.
-            Err(e) => log(format_args!(
-                "warning: no delta from the predecessor ({e:#}); forwarding with its checkpoint"
-            )),
+            // Whether the predecessor still forwards cannot be told: starting could make two
+            // processes forward, so this one stops (a predecessor that died leaves its
+            // `finished` state, and the service manager starts the service again).
+            Err(e) => {
+                return Err(
+                    e.context("the cut-over: no delta from the running process; not starting")
+                )
+            }
         }
-        match &opened {
+        match &mut opened {
             Some(o) => o.control.release()?,
             None => {
                 if let Err(e) = succ.wait_released() {
@@ -520,9 +539,28 @@ fn serve<S: Service>(
         }
         None => None,
     };
+    let stop_signals = Arc::new(AtomicBool::new(false));
+    let signals = {
+        let (tx, stop) = (tx.clone(), stop_signals.clone());
+        std::thread::Builder::new()
+            .name(format!("fp-{app}-signals"))
+            .spawn(move || forward_signals(&term, &hup, &usr2, &wake, &tx, &stop))
+            .context("starting the signal thread")?
+    };
+    let control_tx = tx.clone();
+    drop(tx);
+
+    let mut cx = Context {
+        live: live.as_ref().expect("the ports' control"),
+        notify: &mut notify,
+        workers: n,
+    };
+    let mut result = service.started(&mut cx);
+    let mut ending = Ending::Stop;
+    // A successor may ask once the start is complete (a warm start's entries in the tables).
     let mut listener = match (service.handover_socket(), service.checkpointer()) {
         (Some(path), Some(checkpoint)) => {
-            let tx = tx.clone();
+            let tx = control_tx.clone();
             let scope = interfaces.join(",");
             match Listener::start(&path, app, scope, checkpoint, move |c| {
                 tx.send(Msg::Cut(c)).is_ok()
@@ -536,23 +574,6 @@ fn serve<S: Service>(
         }
         _ => None,
     };
-    let stop_signals = Arc::new(AtomicBool::new(false));
-    let signals = {
-        let (tx, stop) = (tx.clone(), stop_signals.clone());
-        std::thread::Builder::new()
-            .name(format!("fp-{app}-signals"))
-            .spawn(move || forward_signals(&term, &hup, &usr2, &wake, &tx, &stop))
-            .context("starting the signal thread")?
-    };
-    drop(tx);
-
-    let mut cx = Context {
-        live: live.as_ref().expect("the ports' control"),
-        notify: &mut notify,
-        workers: n,
-    };
-    let mut result = service.started(&mut cx);
-    let mut ending = Ending::Stop;
     if result.is_ok() {
         let status = service.ready_status();
         log(format_args!("ready: {status}"));
@@ -573,8 +594,9 @@ fn serve<S: Service>(
     }
     let mut cut = match ending {
         Ending::Handover(c) => {
+            // Not STOPPING=1: systemd would then refuse the successor's MAINPID=.
             log("handing over to the successor");
-            cx.notify.stopping(None);
+            cx.notify.status("handing over to a successor");
             Some(c)
         }
         Ending::Stop => {
@@ -609,10 +631,17 @@ fn serve<S: Service>(
                 let delta = service.delta(&mut done);
                 match c.delta(stopped_ms, &delta) {
                     Ok(()) => handed = true,
-                    Err(e) => log(format_args!(
-                        "warning: the successor did not take the delta ({e}); keeping the \
-                         state for the next start instead"
-                    )),
+                    Err(e) => {
+                        log(format_args!(
+                            "the successor did not take the delta ({e}); keeping the state for \
+                             the next start instead"
+                        ));
+                        // Not forwarding any more: exit with a failure, so the service manager
+                        // starts the service again.
+                        if result.is_ok() {
+                            result = Err(anyhow!("the handover failed after the cut-over: {e}"));
+                        }
+                    }
                 }
             }
             // The ports close now (after the delta), each on a thread of its own: closing a
@@ -734,6 +763,9 @@ fn control_loop<S: Service>(
     }
 }
 
+/// Set for a successor started on `SIGUSR2`: it must take over, or not start.
+const TAKE_OVER_ENV: &str = "FLOWPLANE_TAKE_OVER";
+
 /// What `SIGUSR2` needs: the binary's path, and whether a successor could take over.
 struct Upgrade<'a> {
     exe: &'a std::path::Path,
@@ -757,7 +789,8 @@ impl Upgrade<'_> {
         let mut cmd = std::process::Command::new(self.exe);
         cmd.args(&args)
             // The watchdog belongs to whichever process is the main one.
-            .env_remove("WATCHDOG_PID");
+            .env_remove("WATCHDOG_PID")
+            .env(TAKE_OVER_ENV, "1");
         match cmd.spawn() {
             Ok(mut child) => {
                 let pid = child.id();

@@ -89,8 +89,9 @@ pub fn export_workers(stages: &mut [&mut LbStage], now_ms: u32) -> (Carried, Exp
     export_workers_since(stages, now_ms, None)
 }
 
-/// [`export_workers`] of only the entries whose flow saw a packet at or after `since_ms` (the
-/// workers' clock), when given: what changed since a checkpoint ([`checkpoint`]).
+/// [`export_workers`] of only the entries written at or after `since_ms` (the workers' clock),
+/// when given: inserted, or their last-seen time rewritten (at most once a second per flow, and
+/// with any other change of the entry) — what changed since a checkpoint ([`checkpoint`]).
 pub fn export_workers_since(
     stages: &mut [&mut LbStage],
     now_ms: u32,
@@ -193,8 +194,8 @@ pub struct Checkpoint {
 /// The connection entries of every worker, copied through `readers` while the workers forward
 /// (no worker stops or waits): each table is scanned bucket by bucket under the tables' version
 /// protocol, entries mapped to backend addresses through `snap`, at `now_ms` (the workers'
-/// clock). Entries that change after their bucket was read are the successor's delta
-/// ([`export_workers_since`] with this `now_ms`).
+/// clock). Entries written after their bucket was read are the successor's delta
+/// ([`export_workers_since`] from a little before this `now_ms`).
 pub fn checkpoint(readers: &[ConnReaders], snap: &Snapshot, now_ms: u32) -> (Carried, Checkpoint) {
     let mut cp = Checkpoint::default();
     let parts: Vec<(Carried, Exported)> = readers
@@ -325,7 +326,7 @@ impl LbStage {
         self.export_since(now_ms, None, out)
     }
 
-    /// [`export`](Self::export) of only the entries whose flow saw a packet at or after
+    /// [`export`](Self::export) of only the entries written (last-seen time set) at or after
     /// `since_ms`, when given.
     pub fn export_since(
         &mut self,
