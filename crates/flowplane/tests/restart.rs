@@ -529,41 +529,27 @@ fn hand_over_on_usr2(lab: &Lab, driver: &str, old: &Proc, t0: Instant) -> Result
     Ok((pid, traffic))
 }
 
-fn run_handover(driver: &str) {
-    run_lab(
-        driver,
-        || {
-            LabSpec {
-                tag: &lab_tag("hov", driver),
-                tools: &["nginx", "curl"],
-                vips: &[VIP],
-                decap: "gre",
-                backend_args: &|_| Vec::new(),
-                backends: 4,
-                nginx_server: "",
-            }
-            .build()
-        },
-        |lab, balancer, t0| handover_scenario(lab, driver, balancer, t0),
-    );
-}
-
 #[test]
 fn handover_keeps_connections_af_packet() {
-    run_handover("af_packet");
+    run_driver("hov", "af_packet", handover_scenario);
 }
 
 #[test]
 fn handover_keeps_connections_af_xdp() {
-    run_handover("af_xdp");
+    run_driver("hov", "af_xdp", handover_scenario);
 }
 
-fn run_driver(driver: &str) {
+/// Run `scenario` on a lab of its own (`tag`: the lab's name) with `driver`.
+fn run_driver(
+    tag: &str,
+    driver: &str,
+    scenario: fn(&Lab, &str, &mut Option<Proc>, Instant) -> Result<()>,
+) {
     run_lab(
         driver,
         || {
             LabSpec {
-                tag: &lab_tag("rst", driver),
+                tag: &lab_tag(tag, driver),
                 tools: &["nginx", "curl"],
                 vips: &[VIP],
                 decap: "gre",
@@ -579,10 +565,10 @@ fn run_driver(driver: &str) {
 
 #[test]
 fn restart_keeps_connections_af_packet() {
-    run_driver("af_packet");
+    run_driver("rst", "af_packet", scenario);
 }
 
 #[test]
 fn restart_keeps_connections_af_xdp() {
-    run_driver("af_xdp");
+    run_driver("rst", "af_xdp", scenario);
 }
