@@ -15,16 +15,17 @@
 //! # What is asserted (per driver, in one balancer run)
 //!
 //! 1. QUIC VIP: the client (`peer.py client`, aioquic's sans-I/O connection over a plain UDP
-//!    socket) opens 6 connections; on each it sends a request, then 6 times moves to a new UDP
+//!    socket) opens 12 connections; on each it sends a request, then 6 times moves to a new UDP
 //!    socket (a new source port, as a NAT rebinding gives; every other time with a new connection
 //!    ID from the server's NEW_CONNECTION_ID frames) and sends another: every request on every
 //!    port is answered (none times out), and by the server that answered the connection's first
-//!    request. The connections reach at least two servers. The balancer counted packets routed by
-//!    connection ID (`flowplane_quic_cid_total{result="routed"}`).
+//!    request. The connections reach at least two servers (all on one by chance: 3^-11). The
+//!    balancer counted packets routed by connection ID
+//!    (`flowplane_quic_cid_total{result="routed"}`).
 //! 2. Control VIP: the same client; at least one connection loses its server after a port change
 //!    (a timeout or another server's answer) — what the QUIC VIP prevents, and the sign that the
-//!    port changes really reached other servers by hash (probability of the contrary with 36
-//!    changes over 3 servers: 3^-36 per driver run).
+//!    port changes really reached other servers by hash (probability of the contrary with 72
+//!    changes over 3 servers: 3^-72 per driver run).
 //! 3. SIGTERM: exit 0.
 //!
 //! The tests serialise themselves (one lab at a time). Run with `cargo test -p flowplane --test
@@ -44,7 +45,7 @@ use std::time::{Duration, Instant};
 const QUIC_VIP: &str = "10.100.0.40";
 const PLAIN_VIP: &str = "10.100.0.41";
 const PORT: &str = "4433";
-const CONNECTIONS: usize = 6;
+const CONNECTIONS: usize = 12;
 const REBINDS: usize = 6;
 
 fn python() -> Result<PathBuf> {
