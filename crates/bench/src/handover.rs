@@ -23,7 +23,7 @@
 //! per driver; each figure is the median of its rounds.
 
 use super::{CommonOpts, Record, Report};
-use crate::live::{bed, start_sender, Bed, BACKEND_IP, BALANCER_IP, VIP};
+use crate::live::{bed, lb_config, start_sender, Bed, BACKEND_IP};
 use anyhow::{bail, Context, Result};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
@@ -146,24 +146,9 @@ impl Receiver {
 }
 
 fn config_text(state: &std::path::Path, entries: usize) -> String {
-    format!(
-        r#"[balancer]
-address = "{BALANCER_IP}"
-seed = 1
-state_dir = {state:?}
-conn_table_capacity = {cap}
-conn_table_capacity_v6 = 1024
-[[vip]]
-name = "bench"
-address = "{VIP}"
-port = 5000
-protocol = "udp"
-pools = ["p"]
-[[pool]]
-name = "p"
-backends = [{{ address = "{BACKEND_IP}" }}]
-"#,
-        cap = entries + entries / 4 + 65536
+    lb_config(
+        entries + entries / 4 + 65536,
+        &format!("state_dir = {state:?}\n"),
     )
 }
 

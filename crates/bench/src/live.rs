@@ -226,11 +226,17 @@ pub(crate) fn start_sender(
 }
 
 fn config_text() -> String {
+    lb_config(65536, "")
+}
+
+/// The bed's balancer configuration: a UDP VIP on the one backend, `capacity` IPv4 connection
+/// entries per worker, `extra` more `[balancer]` lines.
+pub(crate) fn lb_config(capacity: usize, extra: &str) -> String {
     format!(
         r#"[balancer]
 address = "{BALANCER_IP}"
 seed = 1
-conn_table_capacity = 65536
+{extra}conn_table_capacity = {capacity}
 conn_table_capacity_v6 = 1024
 [[vip]]
 name = "bench"

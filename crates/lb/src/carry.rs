@@ -120,6 +120,17 @@ pub struct Takeover {
     pub load_ms: u64,
 }
 
+impl Takeover {
+    /// What became of the entries read, for the log and the status page: `backend removed X,
+    /// idled out Y, table full Z`.
+    pub fn dropped(&self) -> String {
+        format!(
+            "backend removed {}, idled out {}, table full {}",
+            self.removed_backend, self.expired, self.full
+        )
+    }
+}
+
 /// Why a carried-entries file is not used.
 #[derive(Debug, thiserror::Error)]
 pub enum CarryError {

@@ -942,25 +942,20 @@ impl View for LbView {
             None if t.handover => writeln!(
                 s,
                 "start: warm, handed over by the running process: {} connection entries carried \
-                 of {} in its checkpoint (backend removed {}, idled out {}, table full {}), {} \
-                 seen since; {} ms without forwarding",
+                 of {} in its checkpoint ({}), {} written since; {} ms without forwarding",
                 t.carried,
                 t.read,
-                t.removed_backend,
-                t.expired,
-                t.full,
+                t.dropped(),
                 t.delta,
                 t.gap_ms.unwrap_or(0)
             ),
             None => writeln!(
                 s,
-                "start: warm, {} connection entries carried of {} read (backend removed {}, \
-                 idled out {}, table full {}); {} ms without forwarding",
+                "start: warm, {} connection entries carried of {} read ({}); {} ms without \
+                 forwarding",
                 t.carried,
                 t.read,
-                t.removed_backend,
-                t.expired,
-                t.full,
+                t.dropped(),
                 t.gap_ms.unwrap_or(0)
             ),
         };

@@ -400,16 +400,13 @@ impl Service for LbService {
                 let t = &self.takeover;
                 log(format_args!(
                     "warm start, handed over by the running process: {} connection entries of \
-                     its checkpoint carried into each of {} worker(s) in {} ms (of {} read: \
-                     backend removed {}, idled out {}, table full {}) while it forwarded, then \
-                     {} written since; {} ms without forwarding",
+                     its checkpoint carried into each of {} worker(s) in {} ms (of {} read: {}) \
+                     while it forwarded, then {} written since; {} ms without forwarding",
                     t.carried,
                     self.stats.len(),
                     t.load_ms,
                     t.read,
-                    t.removed_backend,
-                    t.expired,
-                    t.full,
+                    t.dropped(),
                     t.delta,
                     t.gap_ms.unwrap_or(0)
                 ));
@@ -419,15 +416,13 @@ impl Service for LbService {
                 let t = &self.takeover;
                 log(format_args!(
                     "warm start: {} connection entries of the previous run carried into each of \
-                     {} worker(s) in {} ms (of {} read: backend removed {}, idled out {}, table \
-                     full {}); {} ms without forwarding since the previous run's workers stopped",
+                     {} worker(s) in {} ms (of {} read: {}); {} ms without forwarding since the \
+                     previous run's workers stopped",
                     t.carried,
                     self.stats.len(),
                     t.load_ms,
                     t.read,
-                    t.removed_backend,
-                    t.expired,
-                    t.full,
+                    t.dropped(),
                     t.gap_ms.unwrap_or(0)
                 ));
             }
