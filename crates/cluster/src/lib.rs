@@ -342,6 +342,18 @@ impl<P: Port> Port for NodePort<P> {
             NodePort::Interconnect(p) => p.flush(),
         }
     }
+    fn hand_off(&self, to: &mut fp_engine::live::Handoff) -> std::io::Result<()> {
+        match self {
+            NodePort::External(p) => p.hand_off(to),
+            NodePort::Interconnect(p) => p.hand_off(to),
+        }
+    }
+    fn handed_over(&mut self) {
+        match self {
+            NodePort::External(p) => p.handed_over(),
+            NodePort::Interconnect(p) => p.handed_over(),
+        }
+    }
 }
 
 /// `n` nodes connected by an in-memory fabric, each a worker core of the engine (its stage and

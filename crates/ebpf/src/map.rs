@@ -146,6 +146,18 @@ impl Map {
         )
     }
 
+    /// A map another process created and passed over (`SCM_RIGHTS`).
+    pub fn from_fd(fd: OwnedFd) -> Result<Map> {
+        let info = sys::map_info(fd.as_fd()).map_err(|e| Error::sys("reading map info", e))?;
+        Self::wrap(
+            fd,
+            MapType::from_raw(info.map_type),
+            info.key_size,
+            info.value_size,
+            info.max_entries,
+        )
+    }
+
     /// The kernel's description (id, name, sizes).
     pub fn info(&self) -> Result<sys::MapInfo> {
         sys::map_info(self.fd.as_fd()).map_err(|e| Error::sys("reading map info", e))

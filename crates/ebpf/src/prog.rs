@@ -120,6 +120,17 @@ impl Program {
         }
     }
 
+    /// A program another process loaded and passed over (`SCM_RIGHTS`): `fd` refers to it,
+    /// `name` and `prog_type` are what that process said it is.
+    pub fn from_fd(fd: OwnedFd, prog_type: ProgType, name: &str) -> Program {
+        Program {
+            fd,
+            name: name.into(),
+            prog_type,
+            insns: 0,
+        }
+    }
+
     /// The name given at load time.
     pub fn name(&self) -> &str {
         &self.name
@@ -213,6 +224,8 @@ pub struct XdpLink {
     fd: OwnedFd,
     ifindex: u32,
     mode: XdpMode,
+    /// False once [`XdpLink::leave_attached`] gave the attachment up to another holder.
+    detach: bool,
 }
 
 impl XdpLink {
@@ -241,7 +254,29 @@ impl XdpLink {
                 e,
             )
         })?;
-        Ok(XdpLink { fd, ifindex, mode })
+        Ok(XdpLink {
+            fd,
+            ifindex,
+            mode,
+            detach: true,
+        })
+    }
+
+    /// A link another process created and passed over (`SCM_RIGHTS`), attached to `ifindex` in
+    /// `mode`: from now on this value detaches it when dropped.
+    pub fn from_fd(fd: OwnedFd, ifindex: u32, mode: XdpMode) -> XdpLink {
+        XdpLink {
+            fd,
+            ifindex,
+            mode,
+            detach: true,
+        }
+    }
+
+    /// Drop this handle without detaching: the program stays attached as long as another
+    /// descriptor of the link (passed to another process) stays open.
+    pub fn leave_attached(mut self) {
+        self.detach = false;
     }
 
     /// The interface.
@@ -258,12 +293,19 @@ impl XdpLink {
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
+
+    /// The link's descriptor, borrowed (to duplicate it for another process).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl Drop for XdpLink {
     fn drop(&mut self) {
         // Fails only if the interface is already gone (the kernel then detached it itself).
-        let _ = sys::link_detach(self.fd.as_fd());
+        if self.detach {
+            let _ = sys::link_detach(self.fd.as_fd());
+        }
     }
 }
 

@@ -63,6 +63,8 @@ use crate::map::{Map, MapType, Update};
 use crate::prog::{ProgType, Program, XdpLink, XdpMode};
 use crate::{helper, Error, Result};
 use std::net::{IpAddr, Ipv6Addr};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Outcome counters of the program, indices into its per-CPU stats map.
@@ -327,6 +329,18 @@ pub struct XskRedirect {
     link: Option<XdpLink>,
     update: Mutex<()>,
     steering: Steering,
+    /// Set once another process took the program over ([`XskRedirect::leave_attached`]).
+    kept: AtomicBool,
+}
+
+impl Drop for XskRedirect {
+    fn drop(&mut self) {
+        if self.kept.load(Ordering::Acquire) {
+            if let Some(l) = self.link.take() {
+                l.leave_attached();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for XskRedirect {
@@ -380,6 +394,76 @@ impl XskRedirect {
             link: None,
             update: Mutex::new(()),
             steering,
+            kept: AtomicBool::new(false),
+        })
+    }
+
+    /// Duplicates of the descriptors another process needs to go on with this program where it
+    /// is attached, in the order [`XskRedirect::adopt`] takes them: program, VIP map, socket
+    /// map, counters, link. Nothing changes here until [`XskRedirect::leave_attached`].
+    pub fn hand_off(&self) -> Result<Vec<OwnedFd>> {
+        let link = self
+            .link
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("handing off an XDP program not attached".into()))?;
+        let dup = |fd: BorrowedFd<'_>| {
+            fd.try_clone_to_owned()
+                .map_err(|e| Error::sys("duplicating a descriptor of the XDP program", e))
+        };
+        Ok(vec![
+            dup(self.prog.as_fd())?,
+            dup(self.vips.as_fd())?,
+            dup(self.xsks.as_fd())?,
+            dup(self.stats.as_fd())?,
+            dup(link.as_fd())?,
+        ])
+    }
+
+    /// Another process holds the program now (it got [`XskRedirect::hand_off`]'s descriptors):
+    /// dropping this value leaves the program attached and the maps as they are.
+    pub fn leave_attached(&self) {
+        self.kept.store(true, Ordering::Release);
+    }
+
+    /// Go on with a program another process attached to `ifindex` in `mode` and handed off
+    /// ([`XskRedirect::hand_off`]'s descriptors, in that order); `steering` is what it said
+    /// the program does. From now on this value detaches it when dropped.
+    pub fn adopt(
+        fds: Vec<OwnedFd>,
+        steering: Steering,
+        ifindex: u32,
+        mode: XdpMode,
+    ) -> Result<XskRedirect> {
+        let Ok::<[OwnedFd; 5], _>([prog, vips, xsks, stats, link]) = fds.try_into() else {
+            return Err(Error::Invalid(
+                "an XDP program handed off takes five descriptors".into(),
+            ));
+        };
+        let name = match steering {
+            Steering::Vips => PROG_NAME,
+            Steering::All => PROG_NAME_ALL,
+        };
+        let link = XdpLink::from_fd(link, ifindex, mode);
+        let prog = Program::from_fd(prog, ProgType::Xdp, name);
+        let (vips, xsks, stats) = (
+            Map::from_fd(vips)?,
+            Map::from_fd(xsks)?,
+            Map::from_fd(stats)?,
+        );
+        if xsks.map_type() != MapType::XskMap || vips.map_type() != MapType::Hash {
+            return Err(Error::Invalid(
+                "the descriptors handed off are not an AF_XDP redirect program's maps".into(),
+            ));
+        }
+        Ok(XskRedirect {
+            prog,
+            vips,
+            xsks,
+            stats,
+            link: Some(link),
+            update: Mutex::new(()),
+            steering,
+            kept: AtomicBool::new(false),
         })
     }
 

@@ -165,6 +165,20 @@ impl LiveControl {
         Ok(())
     }
 
+    /// Add what this control would undo on the interfaces (promiscuous mode) to `to`: the
+    /// process that adopts the ports undoes it instead.
+    pub fn hand_off(&self, to: &mut Handoff) {
+        for ifname in &self.promisc_set {
+            to.bytes.push(b'P');
+            put_str(&mut to.bytes, ifname);
+        }
+    }
+
+    /// The handoff went through: leave the interfaces as they are when dropped.
+    pub fn handed_over(&mut self) {
+        self.promisc_set.clear();
+    }
+
     /// Keep `resource` (an attachment that undoes itself when dropped, such as a tc program's
     /// link) until this control is dropped (for driver implementations).
     pub fn keep(&mut self, resource: impl std::any::Any + Send + Sync) {
@@ -228,6 +242,44 @@ pub trait PortDriver: Send + Sync {
     /// How many workers [`open`](Self::open) would open for `spec`, without opening anything.
     fn workers(&self, spec: &LiveSpec) -> Result<usize, LiveError> {
         Ok(spec.workers.max(1))
+    }
+    /// Whether the ports of a running process can be handed to a successor ([`Port::hand_off`],
+    /// then [`adopt`](Self::adopt)) instead of being closed and opened again.
+    fn hands_off(&self) -> bool {
+        false
+    }
+    /// Go on with the ports another process handed off, as [`open`](Self::open) would have
+    /// opened them for `spec` (the handoff names each port's interface).
+    fn adopt(&self, spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveError> {
+        let _ = handoff;
+        Err(LiveError::Open {
+            interface: spec.interfaces.join(","),
+            message: format!("the {} driver cannot take ports over", self.name()),
+        })
+    }
+}
+
+/// Ports handed from one process to another ([`Port::hand_off`], [`PortDriver::adopt`]): the
+/// driver's description of them and the descriptors of their kernel objects, which the
+/// processes pass with `SCM_RIGHTS`.
+#[derive(Debug, Default)]
+pub struct Handoff {
+    /// The driver's description, in its own format.
+    pub bytes: Vec<u8>,
+    /// The descriptors, in the order the description names them.
+    pub fds: Vec<std::os::fd::OwnedFd>,
+    /// Keys of objects shared between ports and handed off once (an interface's XDP program).
+    pub(crate) shared: Vec<String>,
+}
+
+impl Handoff {
+    /// What a process received: `bytes` and `fds` as the other one sent them.
+    pub fn received(bytes: Vec<u8>, fds: Vec<std::os::fd::OwnedFd>) -> Handoff {
+        Handoff {
+            bytes,
+            fds,
+            shared: Vec::new(),
+        }
     }
 }
 
@@ -325,6 +377,98 @@ pub fn interface_mtu(ifname: &str) -> Result<u16, LiveError> {
         value: text.trim().to_string(),
     })?;
     Ok(mtu.min(u16::MAX as u32) as u16)
+}
+
+/// Append `s` with a little-endian u16 length (handoff descriptions).
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Reads a handoff description ([`Handoff::bytes`]) and hands out its descriptors in order.
+pub(crate) struct HandoffReader {
+    bytes: Vec<u8>,
+    at: usize,
+    fds: std::vec::IntoIter<std::os::fd::OwnedFd>,
+}
+
+impl HandoffReader {
+    pub(crate) fn new(h: Handoff) -> HandoffReader {
+        HandoffReader {
+            bytes: h.bytes,
+            at: 0,
+            fds: h.fds.into_iter(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> std::io::Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a handoff description cut short",
+            ));
+        };
+        let b = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(b)
+    }
+
+    /// The next tag, `None` at the end.
+    pub(crate) fn tag(&mut self) -> Option<u8> {
+        let t = self.bytes.get(self.at).copied();
+        self.at += t.is_some() as usize;
+        t
+    }
+
+    pub(crate) fn u8(&mut self) -> std::io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(crate) fn u32(&mut self) -> std::io::Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    pub(crate) fn u64(&mut self) -> std::io::Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    pub(crate) fn str(&mut self) -> std::io::Result<String> {
+        let n = u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")) as usize;
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// `n` u64s after their u32 count.
+    pub(crate) fn u64s(&mut self) -> std::io::Result<Vec<u64>> {
+        let n = self.u32()? as usize;
+        let b = self.take(n.saturating_mul(8))?;
+        Ok(b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// The next descriptor.
+    pub(crate) fn fd(&mut self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.fds.next().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a handoff with fewer descriptors than its description names",
+            )
+        })
+    }
+}
+
+/// Append `v` and its u32 count (handoff descriptions).
+pub(crate) fn put_u64s(out: &mut Vec<u8>, v: &[u64]) {
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,19 @@ pub trait Port: Send {
 
     /// The port's counters.
     fn stats(&self) -> PortStats;
+    /// Add what another process needs to go on with this port's kernel objects (a successor
+    /// taking over; [`crate::live::PortDriver::adopt`]) to `to`, changing nothing here yet. An
+    /// error (`Unsupported` by default) for ports that cannot be handed over.
+    fn hand_off(&self, to: &mut crate::live::Handoff) -> std::io::Result<()> {
+        let _ = to;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("port {} cannot be handed to another process", self.name()),
+        ))
+    }
+    /// The other process has what [`Port::hand_off`] gave: dropping this port must leave those
+    /// kernel objects as they are.
+    fn handed_over(&mut self) {}
 
     /// How to wait for this port's frames.
     fn wait(&self) -> Wait {
@@ -125,5 +138,11 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn rx_ready(&self) -> bool {
         (**self).rx_ready()
+    }
+    fn hand_off(&self, to: &mut crate::live::Handoff) -> std::io::Result<()> {
+        (**self).hand_off(to)
+    }
+    fn handed_over(&mut self) {
+        (**self).handed_over()
     }
 }

@@ -191,6 +191,122 @@ pub fn interface_hwaddr(ifname: &str) -> io::Result<[u8; 6]> {
     Ok(m)
 }
 
+/// Most descriptors one message carries (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_FDS_PER_MESSAGE: usize = 250;
+
+/// Send `data` on the unix stream socket `sock` with the descriptors `fds` attached
+/// (`SCM_RIGHTS`, at most [`MAX_FDS_PER_MESSAGE`]). Returns the bytes sent, which may be fewer
+/// than `data.len()`: the caller writes the rest plainly (the descriptors travel with the first
+/// byte).
+pub fn send_with_fds(
+    sock: std::os::fd::BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    if fds.len() > MAX_FDS_PER_MESSAGE || data.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} descriptors with {} bytes", fds.len(), data.len()),
+        ));
+    }
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let payload = std::mem::size_of_val(raw.as_slice()) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+    // u64 words: the control buffer must be aligned for `cmsghdr`.
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain data: all-zero is valid (no name, no control yet).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !raw.is_empty() {
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer holds CMSG_SPACE(payload) bytes, room for one header and
+        // `payload` bytes of data, so CMSG_FIRSTHDR is non-null and CMSG_DATA points at
+        // `payload` writable bytes inside it; `raw` is a live slice of that many bytes.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(
+                raw.as_ptr().cast::<u8>(),
+                libc::CMSG_DATA(c),
+                payload as usize,
+            );
+        }
+    }
+    // SAFETY: `msg` points at `iov` (over `data`) and the control buffer, all live for the call;
+    // the kernel only reads them.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Receive into `buf` from the unix stream socket `sock`, with the descriptors attached
+/// (`SCM_RIGHTS`, up to [`MAX_FDS_PER_MESSAGE`], received close-on-exec). Returns the bytes
+/// read (0: the other side closed) and the descriptors.
+pub fn recv_with_fds(
+    sock: std::os::fd::BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let most = (MAX_FDS_PER_MESSAGE * std::mem::size_of::<i32>()) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(most) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data: all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `iov` (over `buf`) and the control buffer, both live and writable
+    // for the call; the kernel writes at most their lengths.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: after recvmsg, the control buffer holds `msg_controllen` bytes of well-formed
+    // control messages; CMSG_FIRSTHDR/CMSG_NXTHDR walk them within that length. An SCM_RIGHTS
+    // message's data is `cmsg_len - CMSG_LEN(0)` bytes of descriptors the kernel just installed
+    // in this process, owned by nobody else yet (read unaligned: CMSG_DATA may not be aligned
+    // for i32 on every platform).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(c).cast::<i32>();
+                for i in 0..bytes / std::mem::size_of::<i32>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "more descriptors than one message may carry",
+        ));
+    }
+    Ok((n as usize, fds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

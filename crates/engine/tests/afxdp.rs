@@ -772,3 +772,151 @@ fn errors_are_clear() {
         "a failed open leaves nothing attached"
     );
 }
+
+/// Every frame `ports` receive within `timeout`, until `n` arrived.
+fn receive_all(ports: &mut [Vec<Box<dyn Port>>], n: usize, timeout: Duration) -> Vec<Vec<u8>> {
+    let mut pool = Pool::new(1024);
+    let mut b = burst();
+    let mut got = Vec::new();
+    let end = Instant::now() + timeout;
+    while got.len() < n && Instant::now() < end {
+        for p in ports.iter_mut().flatten() {
+            p.rx_burst(&mut pool, &mut b, 32);
+            for f in b.drain(..) {
+                got.push(f.data().to_vec());
+                pool.put(f);
+            }
+        }
+    }
+    got
+}
+
+/// A running process hands its sockets to a successor: the program stays attached, frames that
+/// arrived in between are received by the successor, which goes on receiving and transmitting
+/// with the same frames, applies its own VIP set, and detaches everything when it stops.
+#[test]
+fn handed_off_sockets_go_on_in_the_adopter() {
+    use fp_engine::live::{Capture, Handoff, LiveSpec};
+    let net = Net::new(2);
+    let driver = fp_engine::live::driver("af_xdp").unwrap();
+    assert!(driver.hands_off());
+    let dsts: Vec<IpAddr> = vec![VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+    let spec = LiveSpec::new(&["xa0"], 2, Capture::Destinations(dsts));
+    let s = spec.clone();
+    let mut old = net.run_in(&net.a, move || {
+        driver.open(&s).unwrap_or_else(|e| panic!("{e}"))
+    });
+    assert_eq!(old.ports.len(), 2, "{}", old.description);
+    let id = net.xdp_attached().expect("attached").1;
+    let peer = Raw::open(&net, &net.b, "xb0");
+    let first: Vec<Vec<u8>> = (0..100).map(|i| frame_to(VIP4, i)).collect();
+    for f in &first {
+        peer.send(f);
+    }
+    assert_eq!(
+        receive_all(&mut old.ports, first.len(), Duration::from_secs(5)).len(),
+        first.len()
+    );
+    // Frames sent out before the handoff: some tx frames are on the completion ring.
+    let mut pool = Pool::new(256);
+    let mut b = burst();
+    for i in 0..32 {
+        push_frame_from_a(&mut pool, &mut b, 3000 + i, 100);
+    }
+    assert_eq!(old.ports[0][0].tx_burst(&mut b, &mut pool), 32);
+    // Frames that arrive after the old process stopped receiving wait on the rx rings.
+    let waiting: Vec<Vec<u8>> = (100..150).map(|i| frame_to(VIP4, i)).collect();
+    for f in &waiting {
+        peer.send(f);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut h = Handoff::default();
+    for p in old.ports.iter().flatten() {
+        p.hand_off(&mut h).unwrap();
+    }
+    old.control.hand_off(&mut h);
+    // One program (five descriptors) and two per socket.
+    assert_eq!(h.fds.len(), 5 + 2 * 2);
+    for p in old.ports.iter_mut().flatten() {
+        p.handed_over();
+    }
+    old.control.handed_over();
+    drop(old);
+    assert_eq!(
+        net.xdp_attached(),
+        Some((1, id)),
+        "the program stays attached while the successor holds it"
+    );
+
+    // The successor serves only the IPv4 VIP.
+    let spec = LiveSpec::new(
+        &["xa0"],
+        2,
+        Capture::Destinations(vec![VIP4.parse().unwrap()]),
+    );
+    let mut new = net.run_in(&net.a, move || {
+        let h = Handoff::received(h.bytes, h.fds);
+        driver.adopt(&spec, h).unwrap_or_else(|e| panic!("{e}"))
+    });
+    assert!(
+        new.description.contains("taken over"),
+        "{}",
+        new.description
+    );
+    let mut got = receive_all(&mut new.ports, waiting.len(), Duration::from_secs(5));
+    got.sort();
+    let mut want = waiting.clone();
+    want.sort();
+    assert_eq!(got, want, "the frames that waited, each once");
+    // It goes on receiving (its VIP set applied: IPv6 frames go to the kernel now) ...
+    let more: Vec<Vec<u8>> = (150..1150).map(|i| frame_to(VIP4, i % 60_000)).collect();
+    for (i, f) in more.iter().enumerate() {
+        peer.send(f);
+        if i % 8 == 0 {
+            peer.send(&frame_to(VIP6, i as u16));
+        }
+    }
+    let got = receive_all(&mut new.ports, more.len() + 1, Duration::from_secs(2));
+    assert_eq!(got.len(), more.len(), "every IPv4 frame and no IPv6 one");
+    // ... and transmitting: more than the tx half of the UMEM, so the frames the old process
+    // left on the completion ring come back.
+    // Room for every frame on the peer's socket, so none is dropped there.
+    let big: libc::c_int = 64 << 20;
+    // SAFETY: the kernel reads one c_int from a live value; the descriptor is the peer's.
+    let r = unsafe {
+        libc::setsockopt(
+            peer.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&big as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    let peer_seen = std::thread::spawn(move || {
+        let mut n = 0;
+        while let Some(f) = peer.recv() {
+            n += (f[..6] == MAC_B && f[6..12] == MAC_A) as usize;
+        }
+        n
+    });
+    let mut sent = 0;
+    for round in 0..200 {
+        for i in 0..32 {
+            push_frame_from_a(&mut pool, &mut b, 4000 + i + round, 100);
+        }
+        sent += new.ports[round as usize % 2][0].tx_burst(&mut b, &mut pool);
+        if round % 8 == 0 {
+            for p in new.ports.iter_mut().flatten() {
+                let _ = p.flush();
+            }
+        }
+    }
+    for p in new.ports.iter_mut().flatten() {
+        p.flush().unwrap();
+    }
+    assert_eq!(sent, 200 * 32, "no frame lost to the tx free list");
+    assert!(peer_seen.join().unwrap() >= sent, "the peer saw them");
+    drop(new);
+    assert_eq!(net.xdp_attached(), None, "the successor detaches on drop");
+}

@@ -359,6 +359,17 @@ fn hand_over(
         .find(|l| l.contains("handed over by the running process"))
         .context("the successor did not start by handover")?;
     println!("    {driver}: {}", line.trim());
+    for l in log.lines().filter(|l| l.contains("cut-over:")) {
+        println!("    {driver}: {}", l.trim());
+    }
+    // AF_XDP sockets are handed over open, not closed and bound again.
+    if driver == "af_xdp" {
+        ensure!(
+            log.contains("the predecessor's ports taken over")
+                && old.log().contains("handover: ports handed over"),
+            "the AF_XDP sockets were not handed over:\n{log}"
+        );
+    }
     let m = Metrics::scrape(&lab.lb)?;
     ensure!(m.val("flowplane_takeover", &[("kind", "handover")])? == 1.0);
     println!(

@@ -36,7 +36,9 @@
 //! Frames on the socket: a tag byte, a little-endian `u64` length, the payload.
 
 use anyhow::{anyhow, bail, Context as _, Result};
+use fp_engine::live::Handoff;
 use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,6 +53,7 @@ const TAG_CUT: u8 = b'X';
 const TAG_DELTA: u8 = b'D';
 const TAG_RELEASED: u8 = b'Z';
 const TAG_DONE: u8 = b'A';
+const TAG_PORTS: u8 = b'P';
 /// Larger checkpoints and deltas are refused (a damaged stream, not a state).
 const MAX_FRAME: u64 = 64 << 30;
 /// Larger frames of the other kinds are refused.
@@ -76,9 +79,14 @@ fn send(s: &mut UnixStream, tag: u8, payload: &[u8]) -> std::io::Result<()> {
 fn receive(s: &mut UnixStream) -> Result<(u8, Vec<u8>)> {
     let mut head = [0u8; 9];
     s.read_exact(&mut head)?;
+    Ok((head[0], payload(s, head)?))
+}
+
+/// The payload of the frame whose header is `head`.
+fn payload(s: &mut UnixStream, head: [u8; 9]) -> Result<Vec<u8>> {
     let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
     let cap = match head[0] {
-        TAG_CHECKPOINT | TAG_DELTA => MAX_FRAME,
+        TAG_CHECKPOINT | TAG_DELTA | TAG_PORTS => MAX_FRAME,
         _ => MAX_SMALL,
     };
     if len > cap {
@@ -86,7 +94,19 @@ fn receive(s: &mut UnixStream) -> Result<(u8, Vec<u8>)> {
     }
     let mut payload = vec![0u8; len as usize];
     s.read_exact(&mut payload)?;
-    Ok((head[0], payload))
+    Ok(payload)
+}
+
+/// Like [`receive`], also taking the descriptors that came with the frame.
+fn receive_with_fds(s: &mut UnixStream) -> Result<(u8, Vec<u8>, Vec<OwnedFd>)> {
+    use std::os::fd::AsFd;
+    let mut head = [0u8; 9];
+    let (n, fds) = fp_engine::sys::recv_with_fds(s.as_fd(), &mut head)?;
+    if n == 0 {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    s.read_exact(&mut head[n..])?;
+    Ok((head[0], payload(s, head)?, fds))
 }
 
 fn expect(s: &mut UnixStream, tag: u8, what: &str) -> Result<Vec<u8>> {
@@ -157,9 +177,10 @@ impl Successor {
     }
 
     /// Ask for the cut-over: the predecessor stops forwarding and sends what changed since its
-    /// checkpoint.
-    pub fn cut(&mut self) -> Result<Delta> {
-        send(&mut self.stream, TAG_CUT, &[])?;
+    /// checkpoint. `ports`: the driver whose ports this process would take over rather than
+    /// open ([`Successor::ports`]).
+    pub fn cut(&mut self, ports: Option<&str>) -> Result<Delta> {
+        send(&mut self.stream, TAG_CUT, ports.unwrap_or("").as_bytes())?;
         let p = expect(&mut self.stream, TAG_DELTA, "delta")?;
         if p.len() < 8 {
             bail!("a delta of {} bytes", p.len());
@@ -175,6 +196,20 @@ impl Successor {
     /// is the main process now): the predecessor may exit.
     pub fn confirm(&mut self) -> std::io::Result<()> {
         send(&mut self.stream, TAG_DONE, &[])
+    }
+
+    /// After the delta, when [`Successor::cut`] asked for them: the predecessor's ports, handed
+    /// over open; `None` when it closed them instead (they are free to open now).
+    pub fn ports(&mut self) -> Result<Option<Handoff>> {
+        match receive_with_fds(&mut self.stream) {
+            Ok((TAG_PORTS, bytes, fds)) => Ok(Some(Handoff::received(bytes, fds))),
+            Ok((TAG_RELEASED, _, _)) => Ok(None),
+            Ok((t, _, _)) => Err(anyhow!("expected the ports, got frame {:?}", t as char)),
+            Err(e) => match e.downcast_ref::<std::io::Error>() {
+                Some(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+                _ => Err(e),
+            },
+        }
     }
 
     /// Wait until the predecessor has closed its ports (its XDP program detached, its queues
@@ -205,9 +240,30 @@ pub struct Listener {
 /// A successor waiting for the delta: the predecessor's workers must stop now.
 pub struct Cut {
     stream: UnixStream,
+    /// The driver whose ports the successor would take over (empty: none).
+    ports: String,
 }
 
 impl Cut {
+    /// The driver whose ports the successor asked to take over ([`Cut::ports`]), if any.
+    pub fn wants_ports(&self) -> Option<&str> {
+        (!self.ports.is_empty()).then_some(self.ports.as_str())
+    }
+
+    /// After the delta: hand the ports over (their description and descriptors; at most
+    /// [`fp_engine::sys::MAX_FDS_PER_MESSAGE`] descriptors).
+    pub fn ports(&mut self, h: &Handoff) -> std::io::Result<()> {
+        use std::os::fd::AsFd;
+        let mut frame = Vec::with_capacity(9 + h.bytes.len());
+        frame.push(TAG_PORTS);
+        frame.extend_from_slice(&(h.bytes.len() as u64).to_le_bytes());
+        frame.extend_from_slice(&h.bytes);
+        let fds: Vec<_> = h.fds.iter().map(|f| f.as_fd()).collect();
+        let n = fp_engine::sys::send_with_fds(self.stream.as_fd(), &frame, &fds)?;
+        self.stream.write_all(&frame[n..])?;
+        self.stream.flush()
+    }
+
     /// Send the delta (`stopped_ms`: wall-clock ms when the workers stopped).
     pub fn delta(&mut self, stopped_ms: u64, bytes: &[u8]) -> std::io::Result<()> {
         let mut p = Vec::with_capacity(8 + bytes.len());
@@ -363,7 +419,10 @@ fn serve_one(mut s: UnixStream, who: &str, checkpoint: &mut Checkpointer) -> Res
     ));
     s.set_read_timeout(Some(STEP_WAIT))?;
     match receive(&mut s) {
-        Ok((TAG_CUT, _)) => Ok(Some(Cut { stream: s })),
+        Ok((TAG_CUT, driver)) => Ok(Some(Cut {
+            stream: s,
+            ports: String::from_utf8_lossy(&driver).into_owned(),
+        })),
         Ok((t, _)) => bail!("expected the cut-over, got frame {:?}", t as char),
         Err(e) => {
             fp_control::log(format_args!(
@@ -414,7 +473,7 @@ mod tests {
             cut.delta(1234, b"changed").unwrap();
             cut.released(Duration::from_secs(5));
         });
-        let d = succ.cut().unwrap();
+        let d = succ.cut(None).unwrap();
         assert_eq!((d.stopped_ms, d.bytes.as_slice()), (1234, &b"changed"[..]));
         succ.confirm().unwrap();
         succ.wait_released().unwrap();
@@ -423,6 +482,73 @@ mod tests {
         assert!(!path.exists());
         // Nobody listens: no handover.
         assert!(Successor::connect(&path, "test", "eth0").unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ports_asked_for_come_with_their_descriptors_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("fp-handover-ports-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("handover.sock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let listener = Listener::start(
+            &path,
+            "test",
+            "eth0".into(),
+            Box::new(|| Ok(vec![])),
+            move |c| tx.send(c).is_ok(),
+        )
+        .unwrap();
+        // The predecessor hands over a file it wrote into (a stand-in for a socket).
+        let file = dir.join("port");
+        std::fs::write(&file, b"frames").unwrap();
+        let (mut succ, _) = Successor::connect(&path, "test", "eth0").unwrap().unwrap();
+        let f = file.clone();
+        let predecessor = std::thread::spawn(move || {
+            let mut cut = rx.recv().unwrap();
+            assert_eq!(cut.wants_ports(), Some("af_xdp"));
+            cut.delta(1, b"").unwrap();
+            let h = Handoff::received(
+                b"description".to_vec(),
+                vec![std::fs::File::open(&f).unwrap().into()],
+            );
+            cut.ports(&h).unwrap();
+            cut.released(Duration::from_secs(5));
+        });
+        succ.cut(Some("af_xdp")).unwrap();
+        succ.confirm().unwrap();
+        let h = succ.ports().unwrap().expect("handed over");
+        predecessor.join().unwrap();
+        assert_eq!(h.bytes, b"description");
+        assert_eq!(h.fds.len(), 1);
+        let mut got = String::new();
+        std::fs::File::from(h.fds.into_iter().next().unwrap())
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, "frames");
+        listener.close();
+
+        // A predecessor that closes its ports instead says so: nothing to take over.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let listener = Listener::start(
+            &path,
+            "test",
+            "eth0".into(),
+            Box::new(|| Ok(vec![])),
+            move |c| tx.send(c).is_ok(),
+        )
+        .unwrap();
+        let (mut succ, _) = Successor::connect(&path, "test", "eth0").unwrap().unwrap();
+        let predecessor = std::thread::spawn(move || {
+            let mut cut = rx.recv().unwrap();
+            cut.delta(1, b"").unwrap();
+            cut.released(Duration::from_secs(5));
+        });
+        succ.cut(Some("af_xdp")).unwrap();
+        succ.confirm().unwrap();
+        assert!(succ.ports().unwrap().is_none());
+        predecessor.join().unwrap();
+        listener.close();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

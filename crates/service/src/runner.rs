@@ -40,8 +40,8 @@ use fp_control::signal::{ReloadSignal, SignalWait, TerminateSignal, UpgradeSigna
 use fp_control::systemd::Notifier;
 use fp_control::trace::{Record, TraceLog, DEFAULT_CAPACITY, QUEUE_CAPACITY};
 use fp_engine::driver::{self, Finished, Options, Running, Worker, WorkerCounters};
-use fp_engine::live::{Capture, LiveControl, LiveSpec, Opened};
-use fp_engine::port::PortStats;
+use fp_engine::live::{Capture, Handoff, LiveControl, LiveSpec, Opened};
+use fp_engine::port::{Port, PortStats};
 use fp_pipeline::stage::Stage;
 use fp_pipeline::trace::{probe_queue, ProbeSender, TracerConfig};
 use std::fmt::Write as _;
@@ -304,7 +304,14 @@ pub fn run<S: Service>(
             let spec = spec(service, false);
             Ok(opts.driver.workers(&spec)?)
         })),
+        adopt: Box::new(move |service: &S, handoff: Handoff| {
+            let spec = spec(service, false);
+            opts.driver
+                .adopt(&spec, handoff)
+                .with_context(|| format!("taking over {}", spec.interfaces.join(", ")))
+        }),
         holds: opts.driver.holds(),
+        hands_off: opts.driver.hands_off(),
     };
     serve(opts, make, how)
 }
@@ -324,7 +331,9 @@ pub fn run_on<S: Service>(
                 .ok_or_else(|| anyhow!("the given ports were opened once already"))
         }),
         workers: None,
+        adopt: Box::new(|_: &S, _: Handoff| Err(anyhow!("ports given, none to take over"))),
         holds: false,
+        hands_off: false,
     };
     serve(opts, make, how)
 }
@@ -333,6 +342,8 @@ pub fn run_on<S: Service>(
 type OpenPorts<'a, S> = Box<dyn FnMut(&S, bool) -> Result<Opened> + 'a>;
 /// How many workers opening a service's ports would give, without opening them.
 type CountWorkers<'a, S> = Box<dyn Fn(&S) -> Result<usize> + 'a>;
+/// Goes on with the ports a predecessor handed over.
+type AdoptPorts<'a, S> = Box<dyn FnMut(&S, Handoff) -> Result<Opened> + 'a>;
 
 /// How [`serve`] gets its ports.
 struct Open<'a, S> {
@@ -340,8 +351,12 @@ struct Open<'a, S> {
     open: OpenPorts<'a, S>,
     /// How many workers opening would give (`None`: no takeover possible).
     workers: Option<CountWorkers<'a, S>>,
+    /// Take ports handed over.
+    adopt: AdoptPorts<'a, S>,
     /// Whether ports can open holding.
     holds: bool,
+    /// Whether a predecessor's ports can be handed over (taken rather than opened anew).
+    hands_off: bool,
 }
 
 /// Why the control loop ended.
@@ -439,7 +454,9 @@ fn serve<S: Service>(
             t0.elapsed().as_millis()
         ));
         let t0 = Instant::now();
-        match succ.cut() {
+        // A driver that cannot hold its ports open beside the predecessor's takes them over.
+        let want_ports = (opened.is_none() && how.hands_off).then(|| opts.driver.name());
+        match succ.cut(want_ports) {
             Ok(delta) => {
                 let got = t0.elapsed();
                 // This process is the service from now on; the predecessor exits once told so.
@@ -477,17 +494,35 @@ fn serve<S: Service>(
         match &mut opened {
             Some(o) => o.control.release()?,
             None => {
-                if let Err(e) = succ.wait_released() {
-                    log(format_args!(
-                        "warning: the predecessor did not confirm closing its ports: {e:#}"
-                    ));
-                }
                 let t = Instant::now();
-                let o = (how.open)(&service, false)?;
-                log(format_args!(
-                    "cut-over: ports opened in {} ms",
-                    t.elapsed().as_millis()
-                ));
+                let taken = if want_ports.is_some() {
+                    take_ports(&mut succ, &service, &mut how.adopt)
+                } else {
+                    if let Err(e) = succ.wait_released() {
+                        log(format_args!(
+                            "warning: the predecessor did not confirm closing its ports: {e:#}"
+                        ));
+                    }
+                    None
+                };
+                let o = match taken {
+                    Some(o) => {
+                        log(format_args!(
+                            "cut-over: the predecessor's ports taken over in {} ms",
+                            t.elapsed().as_millis()
+                        ));
+                        o
+                    }
+                    None => {
+                        let t = Instant::now();
+                        let o = (how.open)(&service, false)?;
+                        log(format_args!(
+                            "cut-over: ports opened in {} ms",
+                            t.elapsed().as_millis()
+                        ));
+                        o
+                    }
+                };
                 if o.ports.len() != n {
                     return Err(anyhow!(
                         "{} worker(s) made for the takeover, but the ports opened for {}",
@@ -644,6 +679,14 @@ fn serve<S: Service>(
                     }
                 }
             }
+            // A successor that asked for the ports gets them open (only their descriptors
+            // close here then).
+            let ported = match (&mut cut, handed) {
+                (Some(c), true) if c.wants_ports() == Some(opts.driver.name()) => {
+                    hand_ports(c, &mut done, live.as_mut())
+                }
+                _ => false,
+            };
             // The ports close now (after the delta), each on a thread of its own: closing a
             // socket waits for the kernel's RCU grace period, and the waits overlap.
             let t = Instant::now();
@@ -661,7 +704,8 @@ fn serve<S: Service>(
             log_ports(&interfaces, &done);
             if handed {
                 log(format_args!(
-                    "handover: ports closed in {} ms",
+                    "handover: ports {} in {} ms",
+                    if ported { "handed over" } else { "closed" },
                     t.elapsed().as_millis()
                 ));
                 if let Some(c) = cut.take() {
@@ -682,6 +726,78 @@ fn serve<S: Service>(
     trace.collect();
     drop(live);
     result
+}
+
+/// The successor's side of handing ports over: the predecessor's ports, taken over; `None`
+/// when it closed them instead or they could not be taken (then they are opened anew).
+fn take_ports<S>(
+    succ: &mut Successor,
+    service: &S,
+    adopt: &mut AdoptPorts<'_, S>,
+) -> Option<Opened> {
+    match succ.ports() {
+        Ok(Some(h)) => match adopt(service, h) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                log(format_args!(
+                    "warning: the predecessor's ports could not be taken over ({e:#}); opening \
+                     them anew"
+                ));
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            log(format_args!(
+                "warning: no ports from the predecessor ({e:#}); opening them anew"
+            ));
+            None
+        }
+    }
+}
+
+/// The predecessor's side: hand the stopped workers' ports (and what `live` changed on the
+/// interfaces) to the successor. False (nothing handed: the ports close as usual) when a port
+/// cannot be handed or the successor does not take them.
+fn hand_ports<S>(cut: &mut Cut, done: &mut [Finished<S>], live: Option<&mut LiveControl>) -> bool {
+    let mut ports: Vec<&mut Box<dyn Port>> = done
+        .iter_mut()
+        .filter_map(|f| f.open_ports.as_mut()?.downcast_mut::<Vec<Box<dyn Port>>>())
+        .flatten()
+        .collect();
+    let mut h = Handoff::default();
+    for p in &ports {
+        if let Err(e) = p.hand_off(&mut h) {
+            log(format_args!(
+                "handover: closing the ports instead of handing them over: {e}"
+            ));
+            return false;
+        }
+    }
+    if let Some(l) = &live {
+        l.hand_off(&mut h);
+    }
+    if h.fds.len() > fp_engine::sys::MAX_FDS_PER_MESSAGE {
+        log(format_args!(
+            "handover: {} descriptors are more than one message carries; closing the ports \
+             instead of handing them over",
+            h.fds.len()
+        ));
+        return false;
+    }
+    if let Err(e) = cut.ports(&h) {
+        log(format_args!(
+            "handover: the successor did not take the ports ({e}); closing them"
+        ));
+        return false;
+    }
+    for p in &mut ports {
+        p.handed_over();
+    }
+    if let Some(l) = live {
+        l.handed_over();
+    }
+    true
 }
 
 /// Forward signals to the control thread: sleep on the self-pipe, read the flags.

@@ -129,7 +129,8 @@ pub struct AfXdpConfig {
     pub frame_size: u32,
     /// Entries of each of the four rings; a power of two, at most `frames / 2`.
     pub ring_size: u32,
-    /// Put the UMEM in 2 MiB pages when the system has them (else transparent huge pages).
+    /// Put the UMEM in 2 MiB pages when the system has them (else advise transparent huge
+    /// pages, which its shared memory gets where `shmem_enabled` allows them).
     pub huge_pages: bool,
     /// Capacity of the VIP map.
     pub max_vips: u32,
@@ -192,7 +193,8 @@ pub enum AfXdpError {
 pub enum UmemPages {
     /// Explicit 2 MiB pages (`MAP_HUGETLB`).
     HugeTlb,
-    /// Normal mapping advised for transparent huge pages.
+    /// Shared memory advised for transparent huge pages (the system's `shmem_enabled` allows
+    /// them).
     Transparent,
     /// 4 KiB pages.
     Normal,
@@ -320,6 +322,8 @@ pub struct AfXdpPort {
     stats: PortStats,
     /// The last receive stamp handed out: stamps never go back.
     last_ts: u64,
+    /// Handed to another process: dropping leaves the socket in the program's map.
+    handed: bool,
 }
 
 impl fmt::Debug for AfXdpPort {
@@ -456,6 +460,7 @@ impl AfXdpPort {
             frame_mask: !(cfg.frame_size as u64 - 1),
             stats: PortStats::default(),
             last_ts: 0,
+            handed: false,
         })
     }
 
@@ -629,6 +634,15 @@ impl Port for AfXdpPort {
     fn wait(&self) -> Wait {
         Wait::Readable(self.xsk.raw_fd())
     }
+
+    fn hand_off(&self, to: &mut crate::live::Handoff) -> io::Result<()> {
+        handoff::put_port(self, to)
+    }
+
+    fn handed_over(&mut self) {
+        self.handed = true;
+        self.redirect.leave_attached();
+    }
 }
 
 impl std::os::fd::AsFd for AfXdpPort {
@@ -641,8 +655,11 @@ impl std::os::fd::AsFd for AfXdpPort {
 impl Drop for AfXdpPort {
     fn drop(&mut self) {
         // Stop steering frames to this socket before it closes; the program itself is detached
-        // when the last port of the interface drops its `Arc<XskRedirect>`.
-        let _ = self.redirect.clear_socket(self.info.queue);
+        // when the last port of the interface drops its `Arc<XskRedirect>`. A socket handed to
+        // another process stays in the map: that process receives on it now.
+        if !self.handed {
+            let _ = self.redirect.clear_socket(self.info.queue);
+        }
     }
 }
 
@@ -734,6 +751,14 @@ impl Port for AfXdpQueues {
         use std::os::fd::AsRawFd;
         Wait::Readable(self.epoll.as_raw_fd())
     }
+
+    fn hand_off(&self, to: &mut crate::live::Handoff) -> io::Result<()> {
+        self.ports.iter().try_for_each(|p| p.hand_off(to))
+    }
+
+    fn handed_over(&mut self) {
+        self.ports.iter_mut().for_each(|p| p.handed_over());
+    }
 }
 
 /// A frame's receive time: its stamp (0: none, then the burst's clock reading `now`), no earlier
@@ -804,6 +829,18 @@ impl crate::live::PortDriver for AfXdpDriver {
         true
     }
 
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn adopt(
+        &self,
+        spec: &crate::live::LiveSpec,
+        handoff: crate::live::Handoff,
+    ) -> Result<crate::live::Opened, crate::live::LiveError> {
+        handoff::adopt(spec, handoff)
+    }
+
     fn workers(&self, spec: &crate::live::LiveSpec) -> Result<usize, crate::live::LiveError> {
         let mut queues = u32::MAX;
         for ifname in &spec.interfaces {
@@ -857,31 +894,7 @@ impl crate::live::PortDriver for AfXdpDriver {
             if info.is_empty() {
                 info = socks[0].info().to_string();
             }
-            if matches!(spec.capture, Capture::Destinations(_)) {
-                let vc = socks[0].vip_control();
-                control.setters.push(Box::new(move |d: &[IpAddr]| {
-                    vc.0.set_vips(d)
-                        .map(|_| ())
-                        .map_err(|source| LiveError::Destinations {
-                            map: "XDP destination map",
-                            source,
-                        })
-                }));
-            }
-            let mut mine: Vec<Vec<AfXdpPort>> = (0..workers).map(|_| Vec::new()).collect();
-            for (q, s) in socks.into_iter().enumerate() {
-                mine[q % workers as usize].push(s);
-            }
-            for (w, mut socks) in mine.into_iter().enumerate() {
-                if socks.len() == 1 {
-                    ports[w].push(Box::new(socks.pop().expect("one socket")));
-                } else {
-                    let group = AfXdpQueues::new(socks).map_err(|e| {
-                        open_err(ifname, format!("grouping its queues' sockets: {e}"))
-                    })?;
-                    ports[w].push(Box::new(group));
-                }
-            }
+            assign(spec, ifname, socks, &mut ports, &mut control)?;
             // A NIC filters unicast frames for other MACs unless promiscuous.
             if spec.capture == Capture::All && !is_promisc(ifname)? {
                 set_promisc(ifname, true)?;
@@ -910,6 +923,51 @@ impl crate::live::PortDriver for AfXdpDriver {
     }
 }
 
+/// Give the sockets `socks` of interface `ifname` (one per queue, in queue order) to the
+/// workers of `ports` (queue `q` to worker `q % workers`, several of a worker as one
+/// [`AfXdpQueues`]), and let `control` change the interface's destinations.
+fn assign(
+    spec: &crate::live::LiveSpec,
+    ifname: &str,
+    socks: Vec<AfXdpPort>,
+    ports: &mut [Vec<Box<dyn Port>>],
+    control: &mut crate::live::LiveControl,
+) -> Result<(), crate::live::LiveError> {
+    use crate::live::{Capture, LiveError};
+    if matches!(spec.capture, Capture::Destinations(_)) {
+        if let Some(first) = socks.first() {
+            let vc = first.vip_control();
+            control.setters.push(Box::new(move |d: &[IpAddr]| {
+                vc.0.set_vips(d)
+                    .map(|_| ())
+                    .map_err(|source| LiveError::Destinations {
+                        map: "XDP destination map",
+                        source,
+                    })
+            }));
+        }
+    }
+    let workers = ports.len();
+    let mut mine: Vec<Vec<AfXdpPort>> = (0..workers).map(|_| Vec::new()).collect();
+    for (q, s) in socks.into_iter().enumerate() {
+        mine[q % workers].push(s);
+    }
+    for (w, mut socks) in mine.into_iter().enumerate() {
+        if socks.len() == 1 {
+            ports[w].push(Box::new(socks.pop().expect("one socket")));
+        } else {
+            let group = AfXdpQueues::new(socks).map_err(|e| LiveError::Open {
+                interface: ifname.to_string(),
+                message: format!("grouping its queues' sockets: {e}"),
+            })?;
+            ports[w].push(Box::new(group));
+        }
+    }
+    Ok(())
+}
+
+/// Handing sockets to another process and adopting them.
+mod handoff;
 /// The socket, its rings and its UMEM: all the `unsafe` of the port.
 mod sys;
 

@@ -11,11 +11,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 const HUGE_2M: usize = 2 << 20;
 
-/// The UMEM: an anonymous mapping registered with the socket.
+/// The UMEM: a shared mapping of a memory file (`memfd`), registered with the socket. A file
+/// rather than anonymous memory so that a successor process can map the same frames when the
+/// socket is handed to it ([`Umem::from_fd`]).
 pub struct Umem {
     ptr: NonNull<u8>,
     len: usize,
     pages: UmemPages,
+    file: OwnedFd,
 }
 
 // SAFETY: the mapping is owned by this value alone; moving it to another thread moves that
@@ -23,49 +26,115 @@ pub struct Umem {
 // owner of the `Umem` does not read (see `copy_out`).
 unsafe impl Send for Umem {}
 
+/// A new memory file of `len` bytes (`MFD_*` `flags`).
+fn memfd(len: usize, flags: libc::c_uint) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated literal; the result is checked.
+    let raw = unsafe { libc::memfd_create(c"fp-umem".as_ptr(), libc::MFD_CLOEXEC | flags) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: plain system call on our descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Map `len` bytes of `file`, shared.
+fn map_shared(file: &OwnedFd, len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a shared mapping of our file with no address hint; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(NonNull::new(p.cast()).expect("mmap does not return NULL"))
+}
+
+/// Whether shared memory may get transparent huge pages when advised.
+fn shmem_thp() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").is_ok_and(|s| {
+        ["[always]", "[within_size]", "[advise]", "[force]"]
+            .iter()
+            .any(|m| s.contains(m))
+    })
+}
+
 impl Umem {
     /// Map `len` bytes: 2 MiB pages if asked and available, else normal pages advised for
-    /// transparent huge pages.
+    /// transparent huge pages (which shared memory gets only where the system allows it).
     pub fn new(len: usize, huge: bool) -> io::Result<Umem> {
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         if huge && len.is_multiple_of(HUGE_2M) {
-            // SAFETY: an anonymous mapping with no address hint; the result is checked.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    flags | libc::MAP_HUGETLB,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                return Ok(Umem {
-                    ptr: NonNull::new(p.cast()).expect("mmap does not return NULL"),
-                    len,
-                    pages: UmemPages::HugeTlb,
-                });
+            if let Ok(file) = memfd(len, libc::MFD_HUGETLB | libc::MFD_HUGE_2MB) {
+                if let Ok(ptr) = map_shared(&file, len) {
+                    return Ok(Umem {
+                        ptr,
+                        len,
+                        pages: UmemPages::HugeTlb,
+                        file,
+                    });
+                }
             }
         }
-        // SAFETY: as above.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let file = memfd(len, 0)?;
+        let ptr = map_shared(&file, len)?;
         let mut pages = UmemPages::Normal;
-        if huge {
-            // SAFETY: `p..p+len` is the mapping just created; madvise only sets a policy.
-            if unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) } == 0 {
+        if huge && shmem_thp() {
+            // SAFETY: `ptr..ptr+len` is the mapping just created; madvise only sets a policy.
+            if unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) } == 0 {
                 pages = UmemPages::Transparent;
             }
         }
         Ok(Umem {
-            ptr: NonNull::new(p.cast()).expect("mmap does not return NULL"),
+            ptr,
             len,
             pages,
+            file,
         })
+    }
+
+    /// Map the UMEM another process made ([`Umem::dup_file`]), `len` bytes on `pages`.
+    pub fn from_fd(file: OwnedFd, len: usize, pages: UmemPages) -> io::Result<Umem> {
+        // SAFETY: fstat writes a `stat` (plain integers) for our descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `st` is live for the call.
+        if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (st.st_size as u64) < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a UMEM file of {} bytes, {len} expected", st.st_size),
+            ));
+        }
+        let ptr = map_shared(&file, len)?;
+        Ok(Umem {
+            ptr,
+            len,
+            pages,
+            file,
+        })
+    }
+
+    /// A duplicate of the memory file's descriptor, for another process.
+    pub fn dup_file(&self) -> io::Result<OwnedFd> {
+        use std::os::fd::AsFd;
+        self.file.as_fd().try_clone_to_owned()
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     /// Copy the frame bytes at UMEM offset `addr` into `dst`. The caller owns that frame (it
@@ -211,6 +280,11 @@ impl Ring {
     fn cons(&self) -> &AtomicU32 {
         // SAFETY: as for `prod`.
         unsafe { self.consumer.as_ref() }
+    }
+
+    /// Entries the ring holds.
+    pub fn size(&self) -> u32 {
+        self.size
     }
 
     /// Whether the kernel asks to be woken up (`XDP_RING_NEED_WAKEUP`).
@@ -413,6 +487,74 @@ impl Xsk {
         }
     }
 
+    /// Go on with a bound socket another process handed over (`fd`, its UMEM `umem`, rings of
+    /// `ring_size` entries): map its rings where they stand. The frames on them stay where
+    /// they are (the rx ring's are received next).
+    pub fn adopt(fd: OwnedFd, umem: Umem, ring_size: u32) -> io::Result<Xsk> {
+        let raw = fd.as_raw_fd();
+        let (fill, comp, rx, tx) = Self::map_rings(raw, ring_size)?;
+        let mut opts = libc::xdp_options { flags: 0 };
+        // SAFETY: XDP_OPTIONS returns an xdp_options (one u32).
+        unsafe { getsockopt(raw, libc::XDP_OPTIONS, &mut opts) }?;
+        Ok(Xsk {
+            fill,
+            comp,
+            rx,
+            tx,
+            fd,
+            zero_copy: opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
+            umem: Some(umem),
+        })
+    }
+
+    /// A duplicate of the socket's descriptor, for another process.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd().try_clone_to_owned()
+    }
+
+    /// Map the four rings (fill, completion, rx, tx) of socket `raw`, sized `ring_size`.
+    fn map_rings(raw: i32, ring_size: u32) -> io::Result<(Ring, Ring, Ring, Ring)> {
+        // SAFETY: xdp_mmap_offsets is plain integers: all-zero is valid.
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        // SAFETY: XDP_MMAP_OFFSETS returns an xdp_mmap_offsets (plain integers).
+        unsafe { getsockopt(raw, libc::XDP_MMAP_OFFSETS, &mut off) }?;
+        let d = size_of::<libc::xdp_desc>();
+        let fill = Ring::map(
+            raw,
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+            &off.fr,
+            ring_size,
+            8,
+            true,
+        )?;
+        let comp = Ring::map(
+            raw,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            &off.cr,
+            ring_size,
+            8,
+            false,
+        )?;
+        let rx = Ring::map(
+            raw,
+            libc::XDP_PGOFF_RX_RING as u64,
+            &off.rx,
+            ring_size,
+            d,
+            false,
+        )?;
+        let tx = Ring::map(
+            raw,
+            libc::XDP_PGOFF_TX_RING as u32 as u64,
+            &off.tx,
+            ring_size,
+            d,
+            true,
+        )?;
+        Ok((fill, comp, rx, tx))
+    }
+
     fn open_inner(umem: &Umem, g: &Geometry, zero_copy: bool, rx_frames: u32) -> io::Result<Xsk> {
         // SAFETY: plain socket creation; the result is checked.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -441,43 +583,7 @@ impl Xsk {
         ] {
             setsockopt(raw, opt, &(g.ring_size as libc::c_int))?;
         }
-        // SAFETY: xdp_mmap_offsets is plain integers: all-zero is valid.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        // SAFETY: XDP_MMAP_OFFSETS returns an xdp_mmap_offsets (plain integers).
-        unsafe { getsockopt(raw, libc::XDP_MMAP_OFFSETS, &mut off) }?;
-        let d = size_of::<libc::xdp_desc>();
-        let fill = Ring::map(
-            raw,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            &off.fr,
-            g.ring_size,
-            8,
-            true,
-        )?;
-        let comp = Ring::map(
-            raw,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            &off.cr,
-            g.ring_size,
-            8,
-            false,
-        )?;
-        let rx = Ring::map(
-            raw,
-            libc::XDP_PGOFF_RX_RING as u64,
-            &off.rx,
-            g.ring_size,
-            d,
-            false,
-        )?;
-        let tx = Ring::map(
-            raw,
-            libc::XDP_PGOFF_TX_RING as u32 as u64,
-            &off.tx,
-            g.ring_size,
-            d,
-            true,
-        )?;
+        let (fill, comp, rx, tx) = Self::map_rings(raw, g.ring_size)?;
         let mut x = Xsk {
             fill,
             comp,
