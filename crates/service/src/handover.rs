@@ -17,23 +17,29 @@
 //! them with the checkpoint
 //! cut ──────────────────────────────────► ✂ stop the workers; the delta: what was written
 //!                                    ◄─── since the checkpoint (with the wall-clock ms of the stop)
-//! MAINPID= to the service manager; done ─►      close the ports (detach the XDP program)
-//! put the delta into the stages; AF_PACKET: release the held ports and start the workers
+//! MAINPID= to the service manager; done ─►
+//! put the delta into the stages       ◄─── AF_XDP (asked for in the cut): the ports, open
+//!                                          (their descriptors with SCM_RIGHTS); else close them
 //!                                    ◄─── released
-//! AF_XDP: open the ports now and start the workers      wait for done, exit
+//! AF_PACKET: release the held ports; AF_XDP: take the ports over (or, when they were closed,
+//! open them now); start the workers                      wait for done, exit
 //! ```
 //!
-//! The forwarding gap is the delta (stop, export, transfer, import) plus releasing or opening
-//! the ports, independent of how many entries the checkpoint carried. Frames that reach the
-//! predecessor's sockets after it stopped are not forwarded (a TCP sender retransmits them);
-//! no frame is forwarded twice.
+//! The forwarding gap is the delta (stop, export, transfer, import) plus releasing or taking
+//! over the ports, independent of how many entries the checkpoint carried. Frames that reach
+//! the predecessor's AF_PACKET sockets after it stopped are not forwarded (a TCP sender
+//! retransmits them); AF_XDP frames wait on the rx rings the successor takes over. No frame is
+//! forwarded twice.
 //!
 //! Failures lose nothing: a predecessor that refuses (another application, another protocol
 //! version) or stops answering before the cut-over keeps running, and the successor exits with
 //! the reason; a successor that disappears after asking for the cut-over leaves the predecessor
 //! to keep its state the other way (the state file for the next start) and exit.
 //!
-//! Frames on the socket: a tag byte, a little-endian `u64` length, the payload.
+//! Frames on the socket: a tag byte, a little-endian `u64` length, the payload. The cut request's
+//! payload names the port driver whose ports the successor would take over (empty: none); a
+//! predecessor that does not know the request ignores it and closes its ports, so both ends of
+//! either release work together.
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use fp_engine::live::Handoff;
