@@ -831,10 +831,10 @@ fn handed_off_sockets_go_on_in_the_adopter() {
     }
     std::thread::sleep(Duration::from_millis(50));
     let mut h = Handoff::default();
+    old.control.hand_off(&mut h);
     for p in old.ports.iter().flatten() {
         p.hand_off(&mut h).unwrap();
     }
-    old.control.hand_off(&mut h);
     // One program (five descriptors) and two per socket.
     assert_eq!(h.fds.len(), 5 + 2 * 2);
     for p in old.ports.iter_mut().flatten() {
@@ -919,4 +919,44 @@ fn handed_off_sockets_go_on_in_the_adopter() {
     assert!(peer_seen.join().unwrap() >= sent, "the peer saw them");
     drop(new);
     assert_eq!(net.xdp_attached(), None, "the successor detaches on drop");
+}
+
+/// A successor that cannot use what was handed over (here: it wants every frame, the program
+/// steers VIPs) refuses it without leaving the program attached, and the interface opens anew.
+#[test]
+fn a_refused_handoff_detaches_what_it_took() {
+    use fp_engine::live::{Capture, Handoff, LiveSpec};
+    let net = Net::new(1);
+    let driver = fp_engine::live::driver("af_xdp").unwrap();
+    let spec = LiveSpec::new(
+        &["xa0"],
+        1,
+        Capture::Destinations(vec![VIP4.parse().unwrap()]),
+    );
+    let s = spec.clone();
+    let mut old = net.run_in(&net.a, move || {
+        driver.open(&s).unwrap_or_else(|e| panic!("{e}"))
+    });
+    let mut h = Handoff::default();
+    old.control.hand_off(&mut h);
+    for p in old.ports.iter().flatten() {
+        p.hand_off(&mut h).unwrap();
+    }
+    for p in old.ports.iter_mut().flatten() {
+        p.handed_over();
+    }
+    old.control.handed_over();
+    drop(old);
+    assert!(net.xdp_attached().is_some());
+    let all = LiveSpec::new(&["xa0"], 1, Capture::All);
+    let err = net
+        .run_in(&net.a, move || {
+            driver.adopt(&all, Handoff::received(h.bytes, h.fds)).err()
+        })
+        .expect("refused");
+    assert!(err.to_string().contains("steers"), "{err}");
+    assert_eq!(net.xdp_attached(), None, "nothing left attached");
+    // The queue is free again (once the kernel released the socket): a fresh open works.
+    let again = net.run_in(&net.a, move || driver.open(&spec).map(|o| o.ports.len()));
+    assert_eq!(again.unwrap_or_else(|e| panic!("{e}")), 1);
 }

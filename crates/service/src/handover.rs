@@ -220,7 +220,7 @@ impl Successor {
 
     /// Wait until the predecessor has closed its ports (its XDP program detached, its queues
     /// free to bind). A predecessor that exited without saying so has closed them too.
-    pub fn wait_released(mut self) -> Result<()> {
+    pub fn wait_released(&mut self) -> Result<()> {
         match receive(&mut self.stream) {
             Ok((TAG_RELEASED, _)) => Ok(()),
             Ok((t, _)) => Err(anyhow!("expected the release, got frame {:?}", t as char)),

@@ -498,11 +498,7 @@ fn serve<S: Service>(
                 let taken = if want_ports.is_some() {
                     take_ports(&mut succ, &service, &mut how.adopt)
                 } else {
-                    if let Err(e) = succ.wait_released() {
-                        log(format_args!(
-                            "warning: the predecessor did not confirm closing its ports: {e:#}"
-                        ));
-                    }
+                    wait_released(&mut succ);
                     None
                 };
                 let o = match taken {
@@ -739,20 +735,34 @@ fn take_ports<S>(
         Ok(Some(h)) => match adopt(service, h) {
             Ok(o) => Some(o),
             Err(e) => {
+                // What was handed over is closed (the program detached) by now; the
+                // predecessor closes its copies and says so, then the queues are free.
                 log(format_args!(
                     "warning: the predecessor's ports could not be taken over ({e:#}); opening \
                      them anew"
                 ));
+                wait_released(succ);
                 None
             }
         },
+        // Closed by the predecessor, which said so.
         Ok(None) => None,
         Err(e) => {
             log(format_args!(
                 "warning: no ports from the predecessor ({e:#}); opening them anew"
             ));
+            wait_released(succ);
             None
         }
+    }
+}
+
+/// Wait until the predecessor has closed its ports (or is gone).
+fn wait_released(succ: &mut Successor) {
+    if let Err(e) = succ.wait_released() {
+        log(format_args!(
+            "warning: the predecessor did not confirm closing its ports: {e:#}"
+        ));
     }
 }
 
@@ -766,6 +776,11 @@ fn hand_ports<S>(cut: &mut Cut, done: &mut [Finished<S>], live: Option<&mut Live
         .flatten()
         .collect();
     let mut h = Handoff::default();
+    // What the control undoes (promiscuous mode) goes first: a successor that fails to take the
+    // ports still learns it, and undoes it.
+    if let Some(l) = &live {
+        l.hand_off(&mut h);
+    }
     for p in &ports {
         if let Err(e) = p.hand_off(&mut h) {
             log(format_args!(
@@ -773,9 +788,6 @@ fn hand_ports<S>(cut: &mut Cut, done: &mut [Finished<S>], live: Option<&mut Live
             ));
             return false;
         }
-    }
-    if let Some(l) = &live {
-        l.hand_off(&mut h);
     }
     if h.fds.len() > fp_engine::sys::MAX_FDS_PER_MESSAGE {
         log(format_args!(

@@ -27,7 +27,7 @@ use crate::live::{
     put_str, put_u64s, Capture, Handoff, HandoffReader, LiveControl, LiveError, LiveSpec, Opened,
 };
 use crate::port::{Port, PortStats};
-use fp_ebpf::xsk::{Steering, XskRedirect};
+use fp_ebpf::xsk::{ModeChoice, Steering, XskRedirect};
 use fp_ebpf::XdpMode;
 use std::io;
 use std::sync::Arc;
@@ -99,7 +99,10 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
     let mut r = HandoffReader::new(handoff);
     let mut programs: Vec<Program> = Vec::new();
     let mut socks: Vec<AfXdpPort> = Vec::new();
-    let mut promisc = Vec::new();
+    // What the predecessor made promiscuous (its records come first): this process undoes it
+    // when it stops, or, should taking the ports fail, now (a fresh open sets it again).
+    let mut control = LiveControl::new(Vec::new(), Vec::new());
+    // Every error below drops what was taken so far: the programs detach, the sockets close.
     while let Some(tag) = r.tag() {
         match tag {
             b'I' => {
@@ -114,16 +117,31 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
                 };
                 let fds = (0..5).map(|_| r.fd()).collect::<io::Result<Vec<_>>>();
                 let fds = fds.map_err(bad)?;
+                let ifindex = fp_ebpf::ifindex(&ifname);
+                // Wrapped first, so that refusing it below detaches it.
+                let redirect =
+                    XskRedirect::adopt(fds, steering, *ifindex.as_ref().unwrap_or(&0), mode)
+                        .map_err(|e| open_err(&ifname, format!("taking its XDP program: {e}")))?;
+                if let Err(e) = ifindex {
+                    return Err(open_err(&ifname, format!("no such interface: {e}")));
+                }
                 if steering != want {
                     return Err(open_err(
                         &ifname,
                         format!("the program handed over steers {steering:?}, this needs {want:?}"),
                     ));
                 }
-                let ifindex = fp_ebpf::ifindex(&ifname)
-                    .map_err(|e| open_err(&ifname, format!("no such interface: {e}")))?;
-                let redirect = XskRedirect::adopt(fds, steering, ifindex, mode)
-                    .map_err(|e| open_err(&ifname, format!("taking its XDP program: {e}")))?;
+                let mode_wanted = match spec.xdp_mode {
+                    ModeChoice::Auto => mode,
+                    ModeChoice::Native => XdpMode::Native,
+                    ModeChoice::Generic => XdpMode::Generic,
+                };
+                if mode != mode_wanted {
+                    return Err(open_err(
+                        &ifname,
+                        format!("the program handed over runs in {mode} mode, this asks for {mode_wanted}"),
+                    ));
+                }
                 programs.push(Program {
                     ifname,
                     redirect: Arc::new(redirect),
@@ -197,7 +215,7 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
                     handed: false,
                 });
             }
-            b'P' => promisc.push(r.str().map_err(bad)?),
+            b'P' => control.promisc_set.push(r.str().map_err(bad)?),
             t => {
                 return Err(open_err(
                     &all,
@@ -209,8 +227,6 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
             }
         }
     }
-    // What the predecessor made promiscuous, this process undoes when it stops.
-    let mut control = LiveControl::new(Vec::new(), promisc);
     if let Some(p) = programs
         .iter()
         .find(|p| !spec.interfaces.contains(&p.ifname))
@@ -226,7 +242,11 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
             socks.into_iter().partition(|s| &s.info.ifname == ifname);
         socks = rest;
         mine.sort_by_key(|s| s.info.queue);
-        if mine.is_empty()
+        // One socket per queue the interface has now (its channels may have changed since).
+        let queues = super::rx_queue_count(ifname)
+            .map_err(|e| open_err(ifname, format!("reading its queue count: {e}")))?
+            .max(1);
+        if mine.len() != queues as usize
             || mine
                 .iter()
                 .enumerate()
@@ -234,7 +254,10 @@ pub(super) fn adopt(spec: &LiveSpec, handoff: Handoff) -> Result<Opened, LiveErr
         {
             return Err(open_err(
                 ifname,
-                "the sockets handed over do not cover its queues".into(),
+                format!(
+                    "the {} socket(s) handed over do not cover its {queues} queue(s)",
+                    mine.len()
+                ),
             ));
         }
         per_if.push(mine);

@@ -266,8 +266,10 @@ impl Ring {
             cached_cons: 0,
             producer_side,
         };
-        r.cached_prod = r.prod().load(Ordering::Relaxed);
-        r.cached_cons = r.cons().load(Ordering::Relaxed);
+        // Acquire: a ring taken over from another process has entries already; what the
+        // kernel wrote before publishing these indices must be visible to the first read.
+        r.cached_prod = r.prod().load(Ordering::Acquire);
+        r.cached_cons = r.cons().load(Ordering::Acquire);
         Ok(r)
     }
 
