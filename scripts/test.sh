@@ -39,6 +39,8 @@ step "loom model checks"
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-cuckoo --test loom_version
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
+  cargo test --locked --release --target-dir target/loom -p fp-cuckoo --test loom_quotient
+LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-setsep --test loom_update
 
 step "fuzzing"

@@ -515,7 +515,62 @@ def t_cluster_capacity(runs):
     ) + "\n\n" + source(r)
 
 
+def t_fib_quotient(runs):
+    """`bench fib --cases quotient`: the quotiented layout against the compact layout and hashbrown."""
+    r = runs["fib-quotient"]
+    by = {}
+    for case in (
+        "quotient_lookup_batched",
+        "quotient_lookup_pipelined",
+        "quotient_lookup_batched_vs_hashbrown",
+        "quotient_insert",
+        "quotient_bytes_per_entry",
+        "quotient_lines_per_lookup",
+    ):
+        for x in r.find(case):
+            by.setdefault(x["params"]["entries"], {})[case] = x
+    rows = []
+    for n in sorted(by):
+        c = by[n]
+        b, p, ins = c["quotient_lookup_batched"], c["quotient_lookup_pipelined"], c["quotient_insert"]
+        mem, lines = c["quotient_bytes_per_entry"], c["quotient_lines_per_lookup"]
+        hb = c.get("quotient_lookup_batched_vs_hashbrown")
+        rows.append(
+            [
+                size(n),
+                f"{mem['params']['slots_per_bucket']} × {mem['params']['slot_bits']} bits",
+                f"{num(mem['value'])} / {num(mem['peer_value'])}",
+                f"{num(lines['value'])} / {num(lines['peer_value'])}",
+                f"{num(b['value'])} / {num(b['peer_value'])} ({ratio(b['ratio'])})",
+                f"{num(hb['peer_value'])} ({ratio(hb['ratio'])})" if hb else "—",
+                f"{num(p['value'])} / {num(p['peer_value'])} ({ratio(p['ratio'])})",
+                f"{num(ins['value'])} / {num(ins['peer_value'])} ({ratio(ins['ratio'])})",
+            ]
+        )
+    return (
+        "One thread, uniform random successful lookups of the same keys, tables filled to 95 %; "
+        "each figure quotient layout / compact layout (ratio), lookups in alternated rounds:\n\n"
+        + table(
+            [
+                "entries",
+                "slots per 64-byte bucket",
+                "bytes/entry",
+                "lines/lookup",
+                "batched (32) Mops",
+                "hashbrown Mops (quotient ÷)",
+                "pipelined (256/call) Mops",
+                "insert Mops",
+            ],
+            rows,
+            ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        )
+        + "\n\n"
+        + source(r)
+    )
+
+
 TABLES = {
+    "fib-quotient": t_fib_quotient,
     "lb": t_lb,
     "live": t_live,
     "handover": t_handover,

@@ -22,6 +22,10 @@
 //! * `insert`: insert Mops while filling the table to 95 % (flowplane, hashbrown, dashmap).
 //! * `memory`: bytes per entry (Table 3) for the compact layout, the general layout (13-byte IPv4
 //!   5-tuple key, 8-byte value) and hashbrown with the same keys and values.
+//! * `quotient` (only when named): the quotiented compact layout (`fp_cuckoo::QuotientMap`)
+//!   against the compact layout and hashbrown, one thread, the same keys, in alternated rounds:
+//!   batched (32) and pipelined (256 per call) lookups, insert rate while filling to 95 %, bytes
+//!   per entry, and the lines a successful lookup reads (from where the entries sit).
 //!
 //! Keys are distinct 48-bit values from a bijective mix of 0..n (no key array for the table itself);
 //! each reader thread loops over its own array of 4 M pre-drawn random present keys.
@@ -41,7 +45,7 @@ type HbMap<K> = hashbrown::HashMap<K, u64>;
 type DashMap = dashmap::DashMap<u64, u64, hashbrown::DefaultHashBuilder>;
 
 const ALL_CASES: &[&str] = &[
-    "lookup", "bound", "batch", "factor", "updates", "insert", "memory", "dpdk",
+    "lookup", "bound", "batch", "factor", "updates", "insert", "memory", "dpdk", "quotient",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -69,9 +73,9 @@ pub struct FibArgs {
     /// the `batch` case sweeps 1..32.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
-    /// Cases to run: lookup, bound, batch, factor, updates, insert, memory, dpdk (default all; dpdk
-    /// — the batched lookup against DPDK's rte_hash — needs the binary built with the feature
-    /// `dpdk` and reserved huge pages, and is not run otherwise).
+    /// Cases to run: lookup, bound, batch, factor, updates, insert, memory, dpdk, quotient
+    /// (default all but quotient; dpdk — the batched lookup against DPDK's rte_hash — needs the
+    /// binary built with the feature `dpdk` and reserved huge pages, and is not run otherwise).
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
 }
@@ -148,7 +152,12 @@ pub fn run(a: FibArgs) -> Result<()> {
         a.threads.clone()
     };
     let cases: Vec<String> = if a.cases.is_empty() {
-        ALL_CASES.iter().map(|s| s.to_string()).collect()
+        // The quotiented layout's comparison runs when asked for (its own stored run).
+        ALL_CASES
+            .iter()
+            .filter(|&&c| c != "quotient")
+            .map(|s| s.to_string())
+            .collect()
     } else {
         a.cases.clone()
     };
@@ -194,6 +203,9 @@ pub fn run(a: FibArgs) -> Result<()> {
     }
     if has("memory") {
         memory_case(&ctx, &mut rep, &sizes)?;
+    }
+    if has("quotient") {
+        quotient_case(&ctx, &mut rep, &sizes)?;
     }
     if let Some(dir) = &ctx.plots {
         if lookup_pts.iter().any(|(_, p)| p.len() > 1) {
@@ -917,6 +929,145 @@ where
         let achieved = w.join().expect("writer thread")?;
         Ok((rd?, achieved))
     })
+}
+
+fn quotient_batched(
+    r: &fp_cuckoo::QuotientReader,
+    batch: usize,
+) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
+    move |chunk: &[u64]| {
+        let mut out = [None; 32];
+        let mut hits = 0u64;
+        for c in chunk.chunks(batch) {
+            let o = &mut out[..c.len()];
+            r.get_batch(c, o);
+            hits += o.iter().filter(|v| v.is_some()).count() as u64;
+        }
+        hits
+    }
+}
+
+fn quotient_pipelined(r: &fp_cuckoo::QuotientReader) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
+    move |chunk: &[u64]| {
+        let mut out = [None; PIPELINED_CALL];
+        let mut hits = 0u64;
+        for c in chunk.chunks(PIPELINED_CALL) {
+            let o = &mut out[..c.len()];
+            r.get_batch(c, o);
+            hits += o.iter().filter(|v| v.is_some()).count() as u64;
+        }
+        hits
+    }
+}
+
+/// The quotiented layout against the compact layout (and hashbrown, where it fits): one thread,
+/// the same keys, each lookup contest in alternated rounds.
+fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
+    use fp_cuckoo::QuotientMap;
+    for &n in sizes {
+        let keys = lookup_keys(ctx.seed, n, 1);
+        let ((qw, q_ins), q_pages) = measured(|| {
+            let cfg = Config::with_capacity(n as usize)
+                .seed(ctx.seed ^ 0x00C0_FFEE)
+                .pages(PagePolicy::Auto);
+            let (mut w, _r) = QuotientMap::new(&cfg).context("building the quotient table")?;
+            let t = Instant::now();
+            for i in 0..n {
+                w.insert(key48(ctx.seed, i), value_of(i))
+                    .with_context(|| format!("quotient insert #{i} of {n}"))?;
+            }
+            Ok((w, n as f64 / t.elapsed().as_secs_f64() / 1e6))
+        })?;
+        let ((cw, c_ins), c_pages) = measured(|| build_ours(ctx, n, PagePolicy::Auto))?;
+        let (qr, cr) = (qw.reader(), cw.reader());
+        let qs = qr.stats();
+        let (qf, qsec) = qw.placement();
+        let cp = cw.placement();
+        let q_lines = 1.0 + qsec as f64 / (qf + qsec).max(1) as f64;
+        let c_lines = 1.0 + cp.second_share();
+        let q_bytes = qs.bytes_per_entry();
+        let c_bytes = cw.stats().bytes_per_entry();
+        rep.note(&format!(
+            "{}: quotient layout {} buckets of {} slots of {} bits ({}-bit quotients), load {:.3}, \
+             {} moves; compact {}",
+            size_name(n),
+            qs.buckets,
+            qs.slots_per_bucket,
+            qs.slot_bits,
+            qs.quotient_bits,
+            qs.load(),
+            qw.moves(),
+            cr.stats()
+        ));
+        let hb = (n <= 256 << 20).then(|| super::env::measure_pages(|| build_hashbrown(ctx, n)));
+        let qb = || measure(ctx.dur, &keys, quotient_batched(&qr, ctx.batch));
+        let cb = || {
+            measure(
+                ctx.dur,
+                &keys,
+                ours_batched(&cr, ctx.batch, Prefetch::TwoRound),
+            )
+        };
+        let qp = || measure(ctx.dur, &keys, quotient_pipelined(&qr));
+        let cpp = || measure(ctx.dur, &keys, ours_pipelined(&cr));
+        let hbl = || match &hb {
+            Some(((m, _), _)) => measure(ctx.dur, &keys, |c| {
+                c.iter().filter(|k| black_box(m.get(*k)).is_some()).count() as u64
+            }),
+            None => Ok(0.0),
+        };
+        let v = contest(ctx, &[&qb, &cb, &qp, &cpp, &hbl])?;
+        let base = |case: &str, value: f64| {
+            Record::higher(case, value, "Mops")
+                .param("entries", n)
+                .param("threads", 1)
+                .param("layout", "quotient")
+                .param("pages", q_pages.clone())
+                .param("peer_pages", c_pages.clone())
+        };
+        rep.add(
+            base("quotient_lookup_batched", v[0])
+                .param("batch", ctx.batch)
+                .peer("compact", v[1]),
+        )?;
+        rep.add(
+            base("quotient_lookup_pipelined", v[2])
+                .param("keys_per_call", PIPELINED_CALL)
+                .peer("compact", v[3]),
+        )?;
+        if let Some((_, hb_pages)) = &hb {
+            rep.add(
+                base("quotient_lookup_batched_vs_hashbrown", v[0])
+                    .param("batch", ctx.batch)
+                    .param("peer_pages", hb_pages.clone())
+                    .peer("hashbrown", v[4]),
+            )?;
+        }
+        drop(hb);
+        rep.add(
+            base("quotient_insert", q_ins)
+                .param("fill", "0 to 95 %, one writer")
+                .peer("compact", c_ins),
+        )?;
+        rep.add(
+            Record::lower("quotient_bytes_per_entry", q_bytes, "B")
+                .param("entries", n)
+                .param("slots_per_bucket", qs.slots_per_bucket)
+                .param("slot_bits", qs.slot_bits)
+                .param("load", (qs.load() * 1000.0).round() / 1000.0)
+                .peer("compact", c_bytes),
+        )?;
+        rep.add(
+            Record::lower("quotient_lines_per_lookup", q_lines, "lines")
+                .param("entries", n)
+                .param(
+                    "method",
+                    "1 + share of entries in their second bucket (placement scan)",
+                )
+                .peer("compact", c_lines),
+        )?;
+    }
+    Ok(())
 }
 
 /// Table 3: bytes per entry, compact and general layouts against hashbrown.

@@ -38,6 +38,27 @@
 //! * [`GeneralMap`]: any fixed-size key and value implementing [`FixedBytes`], up to 63 bytes
 //!   together (a 13-byte IPv4 or 37-byte IPv6 5-tuple with an 8-byte value), with a 1-byte hash tag.
 //!
+//! And a third layout for the same keys as [`CompactMap`], beyond the paper: [`QuotientMap`]
+//! stores only the part of a mixed key its bucket's position does not imply (the quotient), in
+//! 64-byte buckets of 10 to 13 slots (more in larger tables, whose quotients are shorter): at
+//! 95 % load an entry costs `64 / (0.95 · slots)` bytes, and a successful lookup reads one line
+//! for most keys (see `quotient.rs`; the same protocol, its own implementation). It is not used
+//! by the applications yet: its lookups cost more instructions than the compact layout's
+//! (`flowplane-bench fib --cases quotient` compares them).
+//!
+//! ```
+//! use fp_cuckoo::{Config, QuotientMap};
+//!
+//! let (mut writer, reader) = QuotientMap::new(&Config::with_capacity(1000)).unwrap();
+//! writer.insert(0x0002_b3aa_bbcc, 3).unwrap();
+//! let mut out = [None; 2];
+//! reader.get_batch(&[0x0002_b3aa_bbcc, 1], &mut out);
+//! assert_eq!(out, [Some(3), None]);
+//! let mut keys = Vec::new();
+//! writer.for_each(|k, v| keys.push((k, v))); // keys come back whole from their quotients
+//! assert_eq!(keys, [(0x0002_b3aa_bbcc, 3)]);
+//! ```
+//!
 //! # Example
 //!
 //! ```
@@ -63,6 +84,7 @@
 #![deny(unsafe_code)]
 
 mod layout;
+mod quotient;
 mod sync;
 mod table;
 
@@ -70,6 +92,9 @@ use std::fmt;
 
 pub use fp_mem::{PageKind, PagePolicy};
 pub use layout::{Compact, FixedBytes, General, Layout, COMPACT_MAX_KEY};
+pub use quotient::{
+    QuotientMap, QuotientReader, QuotientStats, QuotientWriter, QUOTIENT_MAX_SLOTS,
+};
 pub use table::{Prefetch, CHUNK, SLOTS, STRIPES};
 
 use table::{RawTable, Search, Shared};

@@ -1,0 +1,1073 @@
+//! The quotiented compact layout: a cuckoo table of 48-bit keys and 16-bit values that stores,
+//! per entry, only what its bucket's position does not already say.
+//!
+//! ```text
+//! key (48 bits) ──xor seed──► mix (a bijection of 48-bit words) ──► h
+//! h = q · N + b1          b1: first bucket (0 ≤ b1 < N), q: the quotient, ⌈log2(2^48 / N)⌉ bits
+//! b2 = (b1 + f(q)) mod N  f(q) ∈ [1, N): a hash of the quotient, so b2 ≠ b1
+//!
+//! one bucket = one 64-byte line, S slots of w = q bits + 1 + 16 bits, in three arrays:
+//! ┌───────────────────────┬───────────────────────┬──────────────────────────────┬─────┐
+//! │ S × 16: q's low bits  │ S × 16: value + 1     │ S × (q bits − 15): q >> 16,  │ pad │
+//! │ (compared 4 at a time)│ (0: the slot is empty)│ then the second-bucket flag  │     │
+//! └───────────────────────┴───────────────────────┴──────────────────────────────┴─────┘
+//! S · w ≤ 512
+//! ```
+//!
+//! A lookup compares the probe's low 16 quotient bits with four slots per 64-bit word at once
+//! (a zero-lane test on the xor), and checks the rest of the quotient and the flag only for the
+//! slots that match there (about one in 65 536 that do not hold the key).
+//!
+//! An entry in bucket `b` with quotient `q` and flag `second` is the key `unmix(q · N + b1) ⊕ seed`
+//! where `b1 = b` (first bucket) or `b1 = (b − f(q)) mod N` (second): the key comes back whole, so
+//! the table stores `w` bits per entry instead of 64 (CuckooSwitch's compact layout). Its other
+//! bucket follows from `b`, `q` and the flag alone, so an entry moves along a cuckoo path without
+//! its key being rebuilt. The slot count per bucket follows from the table size: a larger table
+//! has a shorter quotient (a 1G-entry table: 22 bits, 39-bit slots, 13 per line; 64M: 26 bits, 11
+//! per line; 1M: 10 per line), so at 95 % load an entry costs `64 / (0.95 · S)` bytes.
+//!
+//! With 10 to 16 slots per line, most keys find room in their first bucket: a successful lookup
+//! reads `1 +` (share of entries in their second bucket) lines, measured by
+//! [`QuotientWriter::placement`].
+//!
+//! The concurrency protocol is the 2,4 table's (`table.rs`): one writer, optimistic readers with
+//! striped version counters (odd while the writer changes a bucket), a reader snapshots both of a
+//! key's counters before reading either bucket and checks both after; moves along a cuckoo path
+//! copy first and clear after, from the end of the path backwards, inside one odd window over the
+//! two buckets; values are updated in place. `tests/loom_quotient.rs` model-checks a displacement
+//! under a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks
+//! of [`CHUNK`] keys pipelined one into the next.
+
+use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
+use crate::table::{CHUNK, STRIPES};
+use crate::{Config, InsertError};
+
+/// Words (of 8 bytes) per bucket: one cache line.
+const BUCKET_WORDS: usize = 8;
+/// Bits per bucket.
+const BUCKET_BITS: u32 = 512;
+/// Most slots a bucket holds.
+pub const QUOTIENT_MAX_SLOTS: u32 = 16;
+/// Keys are 48 bits.
+const MASK48: u64 = (1 << 48) - 1;
+
+const C1: u64 = 0x9e37_79b9_7f4b; // odd
+const C2: u64 = 0xc2b2_ae3d_27d5; // odd
+
+/// The multiplicative inverse of odd `c` modulo 2^48 (Newton's iteration).
+const fn inverse48(c: u64) -> u64 {
+    let mut x = c; // correct to 3 bits
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
+        i += 1;
+    }
+    x & MASK48
+}
+
+const C1_INV: u64 = inverse48(C1);
+const C2_INV: u64 = inverse48(C2);
+
+/// A bijection of 48-bit words: two rounds of multiply by an odd constant and xor-shift.
+#[inline(always)]
+fn mix48(x: u64) -> u64 {
+    let mut x = x.wrapping_mul(C1) & MASK48;
+    x ^= x >> 24;
+    x = x.wrapping_mul(C2) & MASK48;
+    x ^ x >> 23
+}
+
+/// The inverse of [`mix48`].
+fn unmix48(x: u64) -> u64 {
+    // x ^ x >> 23 undone: x ^ x >> 23 ^ x >> 46.
+    let mut x = x ^ x >> 23 ^ x >> 46;
+    x = x.wrapping_mul(C2_INV) & MASK48;
+    x ^= x >> 24;
+    x.wrapping_mul(C1_INV) & MASK48
+}
+
+/// The table's shape: buckets, slots per bucket, slot width.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    /// Buckets (N).
+    n: u64,
+    /// `u64::MAX / n`, for dividing 48-bit hashes by `n` without a division.
+    recip: u64,
+    /// Slots per bucket (S).
+    slots: u32,
+    /// Bits per slot (w): 16 of the quotient's low bits, 16 of value, `hbits` of the rest.
+    width: u32,
+    /// Bits of the quotient.
+    qbits: u32,
+    /// Bits of a slot's high field: the quotient's bits above the low 16, and the flag.
+    hbits: u32,
+}
+
+impl Geometry {
+    /// The most slots per line for `capacity` entries at `load`: S slots of `qbits(N) + 17` bits
+    /// with `N = ⌈capacity / (load · S)⌉` must fit 512 bits.
+    fn for_capacity(capacity: usize, load: f64) -> Geometry {
+        for slots in (1..=QUOTIENT_MAX_SLOTS).rev() {
+            let n = ((capacity as f64 / (load * slots as f64)).ceil() as u64).max(2);
+            let g = Geometry::with(n, slots);
+            if g.slots * g.width <= BUCKET_BITS {
+                return g;
+            }
+        }
+        unreachable!("one slot of at most 65 bits always fits a line")
+    }
+
+    fn with(n: u64, slots: u32) -> Geometry {
+        let qbits = 64 - (MASK48 / n).leading_zeros();
+        let hbits = qbits.max(16) - 15;
+        Geometry {
+            n,
+            recip: u64::MAX / n,
+            slots,
+            width: 32 + hbits,
+            qbits,
+            hbits,
+        }
+    }
+
+    /// `(h / n, h % n)` for `h < 2^48`: the reciprocal's estimate is the quotient or one less.
+    #[inline(always)]
+    fn divmod(&self, h: u64) -> (u64, u64) {
+        let mut q = ((h as u128 * self.recip as u128) >> 64) as u64;
+        let mut r = h - q * self.n;
+        if r >= self.n {
+            q += 1;
+            r -= self.n;
+        }
+        (q, r)
+    }
+
+    /// The distance from a key's first bucket to its second: in `[1, n)`.
+    #[inline(always)]
+    fn offset(&self, seed: u64, q: u64) -> u64 {
+        1 + fp_hash::reduce(fp_hash::hash_u64(seed, q), self.n - 1)
+    }
+
+    /// Bit offsets of slot `i`'s fields in its line: low tag, value, high field.
+    #[inline(always)]
+    fn fields(&self, i: u32) -> (u32, u32, u32) {
+        (
+            16 * i,
+            16 * (self.slots + i),
+            32 * self.slots + i * self.hbits,
+        )
+    }
+}
+
+/// `width` (≤ 64) bits of `line` at bit `off`.
+#[inline(always)]
+fn bits(line: &Line, off: u32, width: u32) -> u64 {
+    let (w, sh) = ((off / 64) as usize, off % 64);
+    let two = line[w] as u128 | (line[w + 1] as u128) << 64;
+    (two >> sh) as u64 & (u64::MAX >> (64 - width))
+}
+
+/// A key prepared for lookups.
+#[derive(Clone, Copy, Debug, Default)]
+struct Probe {
+    b1: u64,
+    b2: u64,
+    /// The quotient shifted into place: `q << 1` (the flag bit, 0 or 1, is or-ed in per bucket).
+    tag: u64,
+}
+
+/// One bucket's words, read, with a zero word after them so any slot reads as two words.
+type Line = [u64; BUCKET_WORDS + 1];
+
+/// The table shared by the writer and the readers.
+struct QTable {
+    words: Words,
+    versions: Box<[AtomicU32; STRIPES]>,
+    g: Geometry,
+    seed: u64,
+    len: AtomicUsize,
+    moved: AtomicU64,
+    max_depth: usize,
+    max_nodes: usize,
+}
+
+/// A quotiented compact map: build one with [`QuotientMap::new`].
+pub struct QuotientMap;
+
+impl QuotientMap {
+    /// An empty table sized for `cfg.capacity` entries at `cfg.load_factor`: its single writer and
+    /// a reader (clone it for more).
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(cfg: &Config) -> Result<(QuotientWriter, QuotientReader), crate::Error> {
+        if !(cfg.load_factor > 0.0 && cfg.load_factor <= 1.0) {
+            return Err(crate::Error::Config {
+                field: "load_factor",
+                value: cfg.load_factor.to_string(),
+                why: "must be in (0, 1]",
+            });
+        }
+        let g = Geometry::for_capacity(cfg.capacity.max(1), cfg.load_factor);
+        let n_words = (g.n as usize)
+            .checked_mul(BUCKET_WORDS)
+            .ok_or(crate::Error::TooLarge {
+                capacity: cfg.capacity,
+            })?;
+        let table = sync::Arc::new(QTable {
+            words: sync::alloc_words(n_words, cfg.pages)?,
+            versions: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
+            g,
+            seed: cfg.seed,
+            len: AtomicUsize::new(0),
+            moved: AtomicU64::new(0),
+            max_depth: cfg.max_search_depth.max(1),
+            max_nodes: cfg.max_search_nodes.max(2),
+        });
+        Ok((
+            QuotientWriter {
+                t: table.clone(),
+                queue: Vec::with_capacity(cfg.max_search_nodes.max(2)),
+                moves: 0,
+            },
+            QuotientReader { t: table },
+        ))
+    }
+}
+
+impl QTable {
+    #[inline(always)]
+    fn probe(&self, key: u64) -> Option<Probe> {
+        if key > MASK48 {
+            return None;
+        }
+        let (b1, tag) = self.first_of(key);
+        Some(Probe {
+            b1,
+            b2: self.second_of(b1, tag),
+            tag,
+        })
+    }
+
+    /// A key's first bucket and `q << 1` (for a key of at most 48 bits).
+    #[inline(always)]
+    fn first_of(&self, key: u64) -> (u64, u64) {
+        let h = mix48(key ^ (self.seed & MASK48));
+        let (q, b1) = self.g.divmod(h);
+        (b1, q << 1)
+    }
+
+    /// The second bucket of a key with first bucket `b1` and `tag` (`q << 1`).
+    #[inline(always)]
+    fn second_of(&self, b1: u64, tag: u64) -> u64 {
+        // b1 < n and the offset < n: one conditional subtraction instead of a division.
+        let b2 = b1 + self.g.offset(self.seed, tag >> 1);
+        if b2 >= self.g.n {
+            b2 - self.g.n
+        } else {
+            b2
+        }
+    }
+
+    #[inline(always)]
+    fn bucket(&self, b: u64) -> &[AtomicU64] {
+        let s = b as usize * BUCKET_WORDS;
+        &self.words[s..s + BUCKET_WORDS]
+    }
+
+    #[inline(always)]
+    fn version(&self, b: u64) -> &AtomicU32 {
+        &self.versions[b as usize % STRIPES]
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, b: u64) {
+        fp_hash::prefetch_read(self.words.as_ptr().wrapping_add(b as usize * BUCKET_WORDS));
+    }
+
+    #[inline(always)]
+    fn read(&self, b: u64) -> Line {
+        let mut line = [0u64; BUCKET_WORDS + 1];
+        for (o, w) in line.iter_mut().zip(self.bucket(b)) {
+            *o = w.load(Ordering::Relaxed);
+        }
+        line
+    }
+
+    /// Slot `i` of a line as one word: `q << 17 | flag << 16 | (value + 1)`.
+    #[inline(always)]
+    fn slot(&self, line: &Line, i: u32) -> u64 {
+        let g = &self.g;
+        let (lo, val, hi) = g.fields(i);
+        let hi = bits(line, hi, g.hbits);
+        (hi >> 1) << 33 | bits(line, lo, 16) << 17 | (hi & 1) << 16 | bits(line, val, 16)
+    }
+
+    /// The slots of `line` whose low quotient bits match `want`'s (`q << 1 | flag`): four per
+    /// word, by an exact zero-lane test on the xor.
+    #[inline(always)]
+    fn candidates(&self, line: &Line, want: u64) -> u32 {
+        const LANES: u64 = 0x0001_0001_0001_0001;
+        const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
+        let pattern = (want >> 1 & 0xffff) * LANES;
+        let mut cand = 0u32;
+        for (w, &word) in line
+            .iter()
+            .take((self.g.slots as usize).div_ceil(4))
+            .enumerate()
+        {
+            let x = word ^ pattern;
+            let zero = !(((x & LOW15) + LOW15) | x) & !LOW15;
+            let four = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
+            cand |= (four as u32) << (4 * w);
+        }
+        cand & ((1u32 << self.g.slots) - 1)
+    }
+
+    /// The slots of `line` that are empty (value + 1 = 0).
+    #[inline(always)]
+    fn empties(&self, line: &Line) -> u32 {
+        const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
+        let (_, val, _) = self.g.fields(0);
+        let mut empty = 0u32;
+        for k in 0..self.g.slots.div_ceil(4) {
+            let x = bits(line, val + 64 * k, 64);
+            let zero = !(((x & LOW15) + LOW15) | x) & !LOW15;
+            let four = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
+            empty |= (four as u32) << (4 * k);
+        }
+        empty & ((1u32 << self.g.slots) - 1)
+    }
+
+    /// The slot of `line` holding `want` (`q << 1 | flag`), if any.
+    #[inline(always)]
+    fn position(&self, line: &Line, want: u64) -> Option<u32> {
+        let g = &self.g;
+        let want_hi = (want >> 17) << 1 | (want & 1);
+        let mut cand = self.candidates(line, want);
+        while cand != 0 {
+            let i = cand.trailing_zeros();
+            cand &= cand - 1;
+            let (_, val, hi) = g.fields(i);
+            if bits(line, hi, g.hbits) == want_hi && bits(line, val, 16) != 0 {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` is `want`, else 0:
+    /// the line read whole (one cache line: its words cost one miss), the low quotient bits
+    /// compared four at a time, the rest only for the slots that match there.
+    #[inline(always)]
+    fn scan_at(&self, b: u64, want: u64) -> u64 {
+        let g = &self.g;
+        let line = self.read(b);
+        let mut cand = self.candidates(&line, want);
+        let want_hi = (want >> 17) << 1 | (want & 1);
+        let mut got = 0u64;
+        while cand != 0 {
+            let i = cand.trailing_zeros();
+            cand &= cand - 1;
+            let (_, val, hi) = g.fields(i);
+            if bits(&line, hi, g.hbits) == want_hi {
+                got |= bits(&line, val, 16);
+            }
+        }
+        got
+    }
+
+    /// Optimistic lookup of one key.
+    ///
+    /// The second bucket's counter is read only when the first bucket does not hold the key, after
+    /// reading it: the key moves only between its two buckets, and every move changes the first
+    /// bucket's counter, which is checked last as in `table.rs`.
+    fn get_probe(&self, p: &Probe) -> Option<u16> {
+        let (c1, c2) = (self.version(p.b1), self.version(p.b2));
+        loop {
+            let v1 = c1.load(Ordering::Acquire);
+            if v1 & 1 != 0 {
+                sync::spin();
+                continue;
+            }
+            let got = self.scan_at(p.b1, p.tag);
+            if got != 0 {
+                fence(Ordering::Acquire);
+                if c1.load(Ordering::Relaxed) == v1 {
+                    return Some((got - 1) as u16);
+                }
+                continue;
+            }
+            let v2 = c2.load(Ordering::Acquire);
+            if v2 & 1 != 0 {
+                sync::spin();
+                continue;
+            }
+            let got = self.scan_at(p.b2, p.tag | 1);
+            fence(Ordering::Acquire);
+            if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
+                return (got != 0).then(|| (got - 1) as u16);
+            }
+        }
+    }
+
+    fn batch<const OWNER: bool>(&self, keys: &[u64], out: &mut [Option<u16>]) {
+        assert_eq!(
+            keys.len(),
+            out.len(),
+            "get_batch: keys and out differ in length"
+        );
+        let mut lanes = [Lanes::default(), Lanes::default()];
+        let mut chunks = keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK));
+        let Some((k, mut o)) = chunks.next() else {
+            return;
+        };
+        lanes[0].hash::<OWNER>(self, k);
+        let mut cur = 0;
+        loop {
+            lanes[cur].first::<OWNER>(self, o);
+            let next = chunks.next();
+            if let Some((k, _)) = &next {
+                lanes[cur ^ 1].hash::<OWNER>(self, k);
+            }
+            lanes[cur].finish::<OWNER>(self, o);
+            match next {
+                Some((_, no)) => {
+                    o = no;
+                    cur ^= 1;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// One chunk of a batched lookup between its rounds (as in `table.rs`).
+struct Lanes {
+    n: usize,
+    probes: [Probe; CHUNK],
+    vers: [u64; CHUNK],
+    valid: u64,
+    found: u64,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Lanes {
+            n: 0,
+            probes: [Probe::default(); CHUNK],
+            vers: [0; CHUNK],
+            valid: 0,
+            found: 0,
+        }
+    }
+}
+
+impl Lanes {
+    /// Round 0: hash, prefetch first buckets, snapshot their counters.
+    #[inline(always)]
+    fn hash<const OWNER: bool>(&mut self, t: &QTable, keys: &[u64]) {
+        let n = keys.len().min(CHUNK);
+        self.n = n;
+        self.valid = 0;
+        self.found = 0;
+        for (i, &k) in keys[..n].iter().enumerate() {
+            let valid = k <= MASK48;
+            let (b1, tag) = t.first_of(k & MASK48);
+            self.valid |= (valid as u64) << i;
+            t.prefetch(b1);
+            if !OWNER {
+                self.vers[i] = t.version(b1).load(Ordering::Acquire) as u64;
+            }
+            self.probes[i] = Probe { b1, b2: b1, tag };
+        }
+    }
+
+    /// Round 1: first buckets; for the misses, their second buckets: where, prefetched, and
+    /// their counters (before they are read).
+    #[inline(always)]
+    fn first<const OWNER: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
+        for (i, o) in out[..self.n].iter_mut().enumerate() {
+            let p = &mut self.probes[i];
+            let got = t.scan_at(p.b1, p.tag);
+            let hit = got != 0 && self.valid >> i & 1 != 0;
+            *o = hit.then(|| (got - 1) as u16);
+            self.found |= (hit as u64) << i;
+            if !hit {
+                p.b2 = t.second_of(p.b1, p.tag);
+                t.prefetch(p.b2);
+                if !OWNER {
+                    self.vers[i] |= (t.version(p.b2).load(Ordering::Acquire) as u64) << 32;
+                }
+            }
+        }
+    }
+
+    /// Round 2: second buckets of the misses, then validate every lane.
+    #[inline(always)]
+    fn finish<const OWNER: bool>(&self, t: &QTable, out: &mut [Option<u16>]) {
+        let low = if self.n >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.n) - 1
+        };
+        let mut m = self.valid & !self.found & low;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            let p = &self.probes[i];
+            let got = t.scan_at(p.b2, p.tag | 1);
+            out[i] = (got != 0).then(|| (got - 1) as u16);
+        }
+        if OWNER {
+            return;
+        }
+        // Validate: the first bucket's counter for every key, the second's for the misses (the
+        // hits' `b2` is `b1`, so the same counter is read twice).
+        fence(Ordering::Acquire);
+        let mut bad = 0u64;
+        for (i, p) in self.probes[..self.n].iter().enumerate() {
+            let hit = self.found >> i & 1 != 0;
+            let v2 = if hit {
+                0
+            } else {
+                t.version(p.b2).load(Ordering::Relaxed) as u64
+            };
+            let now = t.version(p.b1).load(Ordering::Relaxed) as u64 | v2 << 32;
+            let stable = self.vers[i] == now && now & (1 | 1 << 32) == 0;
+            bad |= (!stable as u64) << i;
+        }
+        let mut m = bad & self.valid;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            let p = self.probes[i];
+            // A hit's `b2` was never computed.
+            let p = Probe {
+                b2: t.second_of(p.b1, p.tag),
+                ..p
+            };
+            out[i] = t.get_probe(&p);
+        }
+    }
+}
+
+/// A lock-free reading handle (any number, on any threads).
+#[derive(Clone)]
+pub struct QuotientReader {
+    t: sync::Arc<QTable>,
+}
+
+impl QuotientReader {
+    /// The value of `key`.
+    pub fn get(&self, key: u64) -> Option<u16> {
+        self.t.probe(key).and_then(|p| self.t.get_probe(&p))
+    }
+
+    /// Look up `keys` into `out` (same length) with two-round prefetching, in chunks of
+    /// [`CHUNK`] pipelined one into the next.
+    pub fn get_batch(&self, keys: &[u64], out: &mut [Option<u16>]) {
+        self.t.batch::<false>(keys, out)
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.t.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shape and memory.
+    pub fn stats(&self) -> QuotientStats {
+        stats(&self.t)
+    }
+}
+
+/// The table's shape and memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuotientStats {
+    /// Entries stored.
+    pub len: usize,
+    /// Buckets (64-byte lines).
+    pub buckets: usize,
+    /// Slots per bucket.
+    pub slots_per_bucket: u32,
+    /// Bits per slot.
+    pub slot_bits: u32,
+    /// Bits of the quotient in a slot.
+    pub quotient_bits: u32,
+    /// Bytes of the buckets.
+    pub table_bytes: usize,
+    /// Bytes of the version counters.
+    pub version_bytes: usize,
+    /// Pages backing the buckets.
+    pub pages: fp_mem::PageKind,
+}
+
+impl QuotientStats {
+    /// Slots in all.
+    pub fn slots(&self) -> usize {
+        self.buckets * self.slots_per_bucket as usize
+    }
+
+    /// Occupied share of the slots.
+    pub fn load(&self) -> f64 {
+        self.len as f64 / self.slots() as f64
+    }
+
+    /// Bytes (buckets and counters) per stored entry.
+    pub fn bytes_per_entry(&self) -> f64 {
+        (self.table_bytes + self.version_bytes) as f64 / self.len.max(1) as f64
+    }
+}
+
+fn stats(t: &QTable) -> QuotientStats {
+    QuotientStats {
+        len: t.len.load(Ordering::Relaxed),
+        buckets: t.g.n as usize,
+        slots_per_bucket: t.g.slots,
+        slot_bits: t.g.width,
+        quotient_bits: t.g.qbits,
+        table_bytes: t.words.len() * 8,
+        version_bytes: STRIPES * 4,
+        pages: sync::page_kind(&t.words),
+    }
+}
+
+/// The single writer.
+pub struct QuotientWriter {
+    t: sync::Arc<QTable>,
+    queue: Vec<Node>,
+    /// Entries moved along cuckoo paths by this writer.
+    moves: u64,
+}
+
+/// A bucket of the cuckoo path search.
+#[derive(Clone, Copy)]
+struct Node {
+    bucket: u64,
+    /// Index of the parent node in the queue (`u32::MAX`: a root).
+    parent: u32,
+    /// The parent's slot whose entry would move into this bucket.
+    slot_in_parent: u8,
+    depth: u8,
+}
+
+impl QuotientWriter {
+    /// A reader of this table.
+    pub fn reader(&self) -> QuotientReader {
+        QuotientReader { t: self.t.clone() }
+    }
+
+    /// The value of `key` (no version protocol: no write runs while the writer reads).
+    pub fn get(&self, key: u64) -> Option<u16> {
+        let p = self.t.probe(key)?;
+        self.find(&p).map(|(_, _, raw)| (raw & 0xffff) as u16 - 1)
+    }
+
+    /// [`QuotientReader::get_batch`] for the writer's own lookups.
+    pub fn get_batch(&self, keys: &[u64], out: &mut [Option<u16>]) {
+        self.t.batch::<true>(keys, out)
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.t.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shape and memory.
+    pub fn stats(&self) -> QuotientStats {
+        stats(&self.t)
+    }
+
+    /// Entries moved along cuckoo paths by inserts so far.
+    pub fn moves(&self) -> u64 {
+        self.moves
+    }
+
+    /// The two buckets `key` may sit in (tests and model checks arrange keys with it).
+    pub fn candidate_buckets(&self, key: u64) -> Option<(usize, usize)> {
+        self.t.probe(key).map(|p| (p.b1 as usize, p.b2 as usize))
+    }
+
+    /// Entries in their first and in their second bucket: a successful lookup reads one line,
+    /// or two for the second share.
+    pub fn placement(&self) -> (usize, usize) {
+        let (mut first, mut second) = (0, 0);
+        for b in 0..self.t.g.n {
+            let line = self.t.read(b);
+            for i in 0..self.t.g.slots {
+                let s = self.t.slot(&line, i);
+                if s & 0xffff != 0 {
+                    if s >> 16 & 1 == 0 {
+                        first += 1;
+                    } else {
+                        second += 1;
+                    }
+                }
+            }
+        }
+        (first, second)
+    }
+
+    /// Call `f` with every entry (key, value), in bucket order.
+    pub fn for_each(&self, mut f: impl FnMut(u64, u16)) {
+        let g = &self.t.g;
+        for b in 0..g.n {
+            let line = self.t.read(b);
+            for i in 0..g.slots {
+                let s = self.t.slot(&line, i);
+                if s & 0xffff == 0 {
+                    continue;
+                }
+                let q = s >> 17;
+                let b1 = if s >> 16 & 1 == 0 {
+                    b
+                } else {
+                    (b + g.n - g.offset(self.t.seed, q)) % g.n
+                };
+                let key = unmix48(q * g.n + b1) ^ (self.t.seed & MASK48);
+                f(key, (s & 0xffff) as u16 - 1);
+            }
+        }
+    }
+
+    /// Insert or update. `Ok(Some(old))` when the key was there (its value replaced in place),
+    /// `Ok(None)` when added; on an error nothing changed.
+    pub fn insert(&mut self, key: u64, value: u16) -> Result<Option<u16>, InsertError> {
+        if value == u16::MAX {
+            return Err(InsertError::ReservedValue);
+        }
+        let p = self.t.probe(key).ok_or(InsertError::KeyOutOfRange)?;
+        if let Some((b, i, raw)) = self.find(&p) {
+            self.write(b, i, (raw & !0xffff) | (value as u64 + 1));
+            return Ok(Some((raw & 0xffff) as u16 - 1));
+        }
+        let entry = |second: u64| (p.tag | second) << 16 | (value as u64 + 1);
+        if let Some(i) = self.free_slot(p.b1) {
+            self.write(p.b1, i, entry(0));
+        } else if let Some(i) = self.free_slot(p.b2) {
+            self.write(p.b2, i, entry(1));
+        } else {
+            let (b, i) = self.make_room(&p).ok_or(InsertError::Full)?;
+            self.write(b, i, entry((b != p.b1) as u64));
+        }
+        self.t.len.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Remove `key`; its value if it was there.
+    pub fn remove(&mut self, key: u64) -> Option<u16> {
+        let p = self.t.probe(key)?;
+        let (b, i, raw) = self.find(&p)?;
+        self.write(b, i, 0);
+        self.t.len.fetch_sub(1, Ordering::Relaxed);
+        Some((raw & 0xffff) as u16 - 1)
+    }
+
+    /// Where `p`'s key sits: (bucket, slot, slot bits).
+    fn find(&self, p: &Probe) -> Option<(u64, u32, u64)> {
+        for (b, want) in [(p.b1, p.tag), (p.b2, p.tag | 1)] {
+            let line = self.t.read(b);
+            if let Some(i) = self.t.position(&line, want) {
+                return Some((b, i, self.t.slot(&line, i)));
+            }
+        }
+        None
+    }
+
+    fn free_slot(&self, b: u64) -> Option<u32> {
+        let empty = self.t.empties(&self.t.read(b));
+        (empty != 0).then(|| empty.trailing_zeros())
+    }
+
+    /// The bucket an entry (slot bits `s`, in bucket `b`) moves to, and its bits there.
+    fn other(&self, b: u64, s: u64) -> (u64, u64) {
+        let g = &self.t.g;
+        let f = g.offset(self.t.seed, s >> 17);
+        if s >> 16 & 1 == 0 {
+            let to = b + f;
+            (if to >= g.n { to - g.n } else { to }, s | 1 << 16)
+        } else {
+            let to = b + g.n - f;
+            (if to >= g.n { to - g.n } else { to }, s & !(1 << 16))
+        }
+    }
+
+    /// Store slot `i` of bucket `b` (its one or two words) inside an odd-version window.
+    fn write(&self, b: u64, i: u32, bits: u64) {
+        let c = self.t.version(b);
+        let v = c.load(Ordering::Relaxed);
+        c.store(v.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.store(b, i, bits);
+        c.store(v.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Store slot `i` of bucket `b` (`q << 17 | flag << 16 | (value + 1)`; no version change:
+    /// the caller holds the window).
+    fn store(&self, b: u64, i: u32, slot: u64) {
+        let g = &self.t.g;
+        let (lo, val, hi) = g.fields(i);
+        let q = slot >> 17;
+        self.put(b, lo, 16, q & 0xffff);
+        self.put(b, val, 16, slot & 0xffff);
+        self.put(b, hi, g.hbits, (q >> 16) << 1 | (slot >> 16 & 1));
+    }
+
+    /// Store `width` bits of `bits` at bit `off` of bucket `b`.
+    fn put(&self, b: u64, off: u32, width: u32, bits: u64) {
+        let words = self.t.bucket(b);
+        let (w, sh) = ((off / 64) as usize, off % 64);
+        let mask = ((u64::MAX >> (64 - width)) as u128) << sh;
+        let val = (bits as u128) << sh;
+        for (k, word) in words.iter().enumerate().skip(w).take(2) {
+            let part_mask = (mask >> (64 * (k - w))) as u64;
+            if part_mask == 0 {
+                continue;
+            }
+            let part = (val >> (64 * (k - w))) as u64;
+            let old = word.load(Ordering::Relaxed);
+            word.store(old & !part_mask | part & part_mask, Ordering::Relaxed);
+        }
+    }
+
+    /// Free a slot in `p.b1` or `p.b2` by moving entries along the shortest cuckoo path found
+    /// by breadth-first search (bounded depth and nodes); the freed (bucket, slot), or `None`
+    /// (nothing moved) when there is no path.
+    fn make_room(&mut self, p: &Probe) -> Option<(u64, u32)> {
+        let t = self.t.clone();
+        self.queue.clear();
+        for b in [p.b1, p.b2] {
+            self.queue.push(Node {
+                bucket: b,
+                parent: u32::MAX,
+                slot_in_parent: 0,
+                depth: 0,
+            });
+        }
+        let mut head = 0;
+        let found = loop {
+            if head >= self.queue.len() {
+                return None;
+            }
+            let node = self.queue[head];
+            let line = t.read(node.bucket);
+            let mut hit = None;
+            for i in 0..t.g.slots {
+                let (to, _) = self.other(node.bucket, t.slot(&line, i));
+                if let Some(free) = self.free_slot(to) {
+                    hit = Some((i, to, free));
+                    break;
+                }
+                if (node.depth as usize + 1) < t.max_depth
+                    && self.queue.len() < t.max_nodes
+                    && !self.on_path(head, to)
+                {
+                    self.queue.push(Node {
+                        bucket: to,
+                        parent: head as u32,
+                        slot_in_parent: i as u8,
+                        depth: node.depth + 1,
+                    });
+                }
+            }
+            if let Some(h) = hit {
+                break (head, h);
+            }
+            head += 1;
+        };
+        // The path, root first: (bucket, slot whose entry moves on).
+        let (mut at, (slot, mut to, mut free)) = found;
+        let mut path = vec![(self.queue[at].bucket, slot)];
+        while self.queue[at].parent != u32::MAX {
+            let n = self.queue[at];
+            at = n.parent as usize;
+            path.push((self.queue[at].bucket, n.slot_in_parent as u32));
+        }
+        // `path` is leaf first now: move each entry into the free slot after it.
+        t.moved.fetch_add(path.len() as u64, Ordering::Release);
+        for &(b, i) in &path {
+            let s = t.slot(&t.read(b), i);
+            let (dest, moved) = self.other(b, s);
+            debug_assert_eq!(dest, to);
+            self.move_entry(b, i, dest, free, moved);
+            self.moves += 1;
+            (to, free) = (b, i);
+        }
+        Some((to, free))
+    }
+
+    /// Whether bucket `b` is node `at` or one of its ancestors (a path through a bucket twice
+    /// would move an entry it already moved).
+    fn on_path(&self, mut at: usize, b: u64) -> bool {
+        loop {
+            let n = self.queue[at];
+            if n.bucket == b {
+                return true;
+            }
+            if n.parent == u32::MAX {
+                return false;
+            }
+            at = n.parent as usize;
+        }
+    }
+
+    /// Copy an entry into `(to, free)` then clear `(from, i)`, in one odd window over both.
+    fn move_entry(&self, from: u64, i: u32, to: u64, free: u32, bits: u64) {
+        let (ca, cb) = (self.t.version(from), self.t.version(to));
+        let same = std::ptr::eq(ca, cb);
+        let va = ca.load(Ordering::Relaxed);
+        ca.store(va.wrapping_add(1), Ordering::Relaxed);
+        let vb = (!same).then(|| {
+            let v = cb.load(Ordering::Relaxed);
+            cb.store(v.wrapping_add(1), Ordering::Relaxed);
+            v
+        });
+        fence(Ordering::Release);
+        self.store(to, free, bits);
+        self.store(from, i, 0);
+        ca.store(va.wrapping_add(2), Ordering::Release);
+        if let Some(v) = vb {
+            cb.store(v.wrapping_add(2), Ordering::Release);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_is_a_bijection_with_its_inverse() {
+        assert_eq!(C1.wrapping_mul(C1_INV) & MASK48, 1);
+        assert_eq!(C2.wrapping_mul(C2_INV) & MASK48, 1);
+        let mut x = 0x1234_5678_9abcu64;
+        for _ in 0..100_000 {
+            x = fp_hash::splitmix64(x) & MASK48;
+            assert_eq!(unmix48(mix48(x)), x);
+            assert!(mix48(x) <= MASK48);
+        }
+        for x in [0, 1, MASK48, MASK48 - 1, 1 << 47] {
+            assert_eq!(unmix48(mix48(x)), x);
+        }
+    }
+
+    #[test]
+    fn divmod_matches_division() {
+        let mut x = 7u64;
+        for n in [
+            2u64,
+            3,
+            7,
+            1000,
+            85_473,
+            6_100_003,
+            81_000_017,
+            (1 << 32) + 15,
+        ] {
+            let g = Geometry::with(n, 8);
+            for h in [0, 1, n - 1, n, n + 1, MASK48, MASK48 - n] {
+                assert_eq!(g.divmod(h), (h / n, h % n), "{h} / {n}");
+            }
+            for _ in 0..20_000 {
+                x = fp_hash::splitmix64(x);
+                let h = x & MASK48;
+                assert_eq!(g.divmod(h), (h / n, h % n), "{h} / {n}");
+            }
+            assert!((MASK48 / n) >> g.qbits == 0, "the quotient fits its bits");
+        }
+    }
+
+    #[test]
+    fn geometry_packs_more_slots_into_larger_tables() {
+        let at = |cap: usize| Geometry::for_capacity(cap, 0.95);
+        let (small, mid, big, huge) = (at(1 << 20), at(64 << 20), at(256 << 20), at(1 << 30));
+        assert_eq!(small.slots, 10);
+        assert_eq!((mid.slots, mid.width), (11, 43));
+        assert_eq!(big.slots, 12);
+        assert_eq!((huge.slots, huge.width), (13, 39));
+        for g in [small, mid, big, huge] {
+            assert!(g.slots * g.width <= BUCKET_BITS);
+        }
+        // Bytes per entry at 95 % load.
+        let per = |g: Geometry, cap: usize| g.n as f64 * 64.0 / cap as f64;
+        assert!(per(mid, 64 << 20) <= 6.5, "{}", per(mid, 64 << 20));
+        assert!(per(huge, 1 << 30) <= 5.5, "{}", per(huge, 1 << 30));
+    }
+
+    #[test]
+    fn insert_get_update_remove_and_keys_come_back_whole() {
+        let (mut w, r) = QuotientMap::new(&Config::with_capacity(10_000)).unwrap();
+        let keys: Vec<u64> = (0..10_000u64)
+            .map(|i| fp_hash::splitmix64(i) & MASK48)
+            .collect();
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(w.insert(k, i as u16), Ok(None), "insert {i}");
+        }
+        assert_eq!(w.len(), keys.len());
+        assert_eq!(r.stats().len, keys.len());
+        assert!(r.stats().load() > 0.94, "{}", r.stats().load());
+        let mut out = vec![None; keys.len()];
+        r.get_batch(&keys, &mut out);
+        for (i, (&k, o)) in keys.iter().zip(&out).enumerate() {
+            assert_eq!(*o, Some(i as u16));
+            assert_eq!(r.get(k), Some(i as u16));
+            assert_eq!(w.get(k), Some(i as u16));
+        }
+        let mut seen = std::collections::HashMap::new();
+        w.for_each(|k, v| {
+            seen.insert(k, v);
+        });
+        assert_eq!(seen.len(), keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(seen.get(k), Some(&(i as u16)));
+        }
+        // Absent keys, keys too wide, the reserved value.
+        assert_eq!(r.get(keys[0] ^ 1 << 40), None);
+        assert_eq!(r.get(1 << 48), None);
+        assert_eq!(w.insert(1 << 48, 1), Err(InsertError::KeyOutOfRange));
+        assert_eq!(w.insert(5, u16::MAX), Err(InsertError::ReservedValue));
+        // Update in place, remove.
+        assert_eq!(w.insert(keys[3], 999), Ok(Some(3)));
+        assert_eq!(r.get(keys[3]), Some(999));
+        assert_eq!(w.remove(keys[3]), Some(999));
+        assert_eq!(w.remove(keys[3]), None);
+        assert_eq!(r.get(keys[3]), None);
+        assert_eq!(w.len(), keys.len() - 1);
+        let (first, second) = w.placement();
+        assert_eq!(first + second, keys.len() - 1);
+        assert!(w.moves() > 0, "a 95 % fill moves entries");
+    }
+
+    #[test]
+    fn a_full_table_says_so_and_changes_nothing() {
+        let mut c = Config::with_capacity(1000);
+        c.load_factor = 1.0;
+        let (mut w, r) = QuotientMap::new(&c).unwrap();
+        let mut inserted = Vec::new();
+        let mut i = 0u64;
+        let full = loop {
+            let k = fp_hash::splitmix64(i) & MASK48;
+            i += 1;
+            match w.insert(k, (i % 1000) as u16) {
+                Ok(None) => inserted.push((k, (i % 1000) as u16)),
+                Ok(Some(_)) => {}
+                Err(e) => break (k, e),
+            }
+        };
+        assert_eq!(full.1, InsertError::Full);
+        assert_eq!(r.get(full.0), None);
+        assert_eq!(w.len(), inserted.len());
+        assert!(r.stats().load() > 0.97, "{}", r.stats().load());
+        for (k, v) in inserted {
+            assert_eq!(r.get(k), Some(v));
+        }
+    }
+}
