@@ -375,33 +375,21 @@ impl QTable {
         got
     }
 
-    /// Optimistic lookup of one key.
-    ///
-    /// The second bucket's counter is read only when the first bucket does not hold the key, after
-    /// reading it: the key moves only between its two buckets, and every move changes the first
-    /// bucket's counter, which is checked last as in `table.rs`.
+    /// Optimistic lookup of one key: both buckets' counters before either bucket is read,
+    /// both checked after (a move between the key's two buckets changes both).
     fn get_probe(&self, p: &Probe) -> Option<u16> {
         let (c1, c2) = (self.version(p.b1), self.version(p.b2));
         loop {
             let v1 = c1.load(Ordering::Acquire);
-            if v1 & 1 != 0 {
-                sync::spin();
-                continue;
-            }
-            let got = self.scan_at(p.b1, p.tag);
-            if got != 0 {
-                fence(Ordering::Acquire);
-                if c1.load(Ordering::Relaxed) == v1 {
-                    return Some((got - 1) as u16);
-                }
-                continue;
-            }
             let v2 = c2.load(Ordering::Acquire);
-            if v2 & 1 != 0 {
+            if (v1 | v2) & 1 != 0 {
                 sync::spin();
                 continue;
             }
-            let got = self.scan_at(p.b2, p.tag | 1);
+            let mut got = self.scan_at(p.b1, p.tag);
+            if got == 0 {
+                got = self.scan_at(p.b2, p.tag | 1);
+            }
             fence(Ordering::Acquire);
             if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
                 return (got != 0).then(|| (got - 1) as u16);
@@ -423,7 +411,7 @@ impl QTable {
         lanes[0].hash::<OWNER>(self, k);
         let mut cur = 0;
         loop {
-            lanes[cur].first::<OWNER>(self, o);
+            lanes[cur].first(self, o);
             let next = chunks.next();
             if let Some((k, _)) = &next {
                 lanes[cur ^ 1].hash::<OWNER>(self, k);
@@ -462,7 +450,8 @@ impl Default for Lanes {
 }
 
 impl Lanes {
-    /// Round 0: hash, prefetch first buckets, snapshot their counters.
+    /// Round 0: hash, prefetch first buckets, snapshot both buckets' counters (before either
+    /// is read, as the protocol requires).
     #[inline(always)]
     fn hash<const OWNER: bool>(&mut self, t: &QTable, keys: &[u64]) {
         let n = keys.len().min(CHUNK);
@@ -472,32 +461,27 @@ impl Lanes {
         for (i, &k) in keys[..n].iter().enumerate() {
             let valid = k <= MASK48;
             let (b1, tag) = t.first_of(k & MASK48);
+            let b2 = t.second_of(b1, tag);
             self.valid |= (valid as u64) << i;
             t.prefetch(b1);
             if !OWNER {
-                self.vers[i] = t.version(b1).load(Ordering::Acquire) as u64;
+                self.vers[i] = t.version(b1).load(Ordering::Acquire) as u64
+                    | (t.version(b2).load(Ordering::Acquire) as u64) << 32;
             }
-            self.probes[i] = Probe { b1, b2: b1, tag };
+            self.probes[i] = Probe { b1, b2, tag };
         }
     }
 
-    /// Round 1: first buckets; for the misses, their second buckets: where, prefetched, and
-    /// their counters (before they are read).
+    /// Round 1: first buckets; prefetch the second buckets of the misses.
     #[inline(always)]
-    fn first<const OWNER: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
+    fn first(&mut self, t: &QTable, out: &mut [Option<u16>]) {
         for (i, o) in out[..self.n].iter_mut().enumerate() {
-            let p = &mut self.probes[i];
+            let p = &self.probes[i];
             let got = t.scan_at(p.b1, p.tag);
             let hit = got != 0 && self.valid >> i & 1 != 0;
             *o = hit.then(|| (got - 1) as u16);
             self.found |= (hit as u64) << i;
-            if !hit {
-                p.b2 = t.second_of(p.b1, p.tag);
-                t.prefetch(p.b2);
-                if !OWNER {
-                    self.vers[i] |= (t.version(p.b2).load(Ordering::Acquire) as u64) << 32;
-                }
-            }
+            t.prefetch(if hit { p.b1 } else { p.b2 });
         }
     }
 
@@ -520,18 +504,12 @@ impl Lanes {
         if OWNER {
             return;
         }
-        // Validate: the first bucket's counter for every key, the second's for the misses (the
-        // hits' `b2` is `b1`, so the same counter is read twice).
+        // Validate: both counters unchanged and even.
         fence(Ordering::Acquire);
         let mut bad = 0u64;
         for (i, p) in self.probes[..self.n].iter().enumerate() {
-            let hit = self.found >> i & 1 != 0;
-            let v2 = if hit {
-                0
-            } else {
-                t.version(p.b2).load(Ordering::Relaxed) as u64
-            };
-            let now = t.version(p.b1).load(Ordering::Relaxed) as u64 | v2 << 32;
+            let now = t.version(p.b1).load(Ordering::Relaxed) as u64
+                | (t.version(p.b2).load(Ordering::Relaxed) as u64) << 32;
             let stable = self.vers[i] == now && now & (1 | 1 << 32) == 0;
             bad |= (!stable as u64) << i;
         }
@@ -539,13 +517,7 @@ impl Lanes {
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
-            let p = self.probes[i];
-            // A hit's `b2` was never computed.
-            let p = Probe {
-                b2: t.second_of(p.b1, p.tag),
-                ..p
-            };
-            out[i] = t.get_probe(&p);
+            out[i] = t.get_probe(&self.probes[i]);
         }
     }
 }

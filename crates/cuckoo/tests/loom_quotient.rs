@@ -2,7 +2,9 @@
 //! a cuckoo path (to make room for a new key) while a reader looks the moved key up, alone or in a
 //! batch. In every interleaving loom explores, the reader finds the key with its value.
 //!
-//! Run with: `RUSTFLAGS="--cfg loom" cargo test -p fp-cuckoo --test loom_quotient --release`
+//! Run with: `LOOM_MAX_PREEMPTIONS=1 RUSTFLAGS="--cfg loom" cargo test -p fp-cuckoo --test
+//! loom_quotient --release` (30 s; each further preemption multiplies the time many-fold: a bucket
+//! is eight loads and a slot write three fields).
 #![cfg(loom)]
 
 use fp_cuckoo::{Config, QuotientMap, QuotientReader, QuotientWriter};
