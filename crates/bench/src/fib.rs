@@ -310,12 +310,20 @@ fn ours_batched(
 const PIPELINED_CALL: usize = 256;
 
 fn ours_pipelined(r: &CompactReader) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
+    in_calls(PIPELINED_CALL, move |k, o| r.get_batch(k, o))
+}
+
+/// Look keys up `per_call` at a time with `get_batch`; the hits.
+fn in_calls(
+    per_call: usize,
+    get_batch: impl Fn(&[u64], &mut [Option<u16>]) + Sync,
+) -> impl Fn(&[u64]) -> u64 + Sync {
     move |chunk: &[u64]| {
         let mut out = [None; PIPELINED_CALL];
         let mut hits = 0u64;
-        for c in chunk.chunks(PIPELINED_CALL) {
+        for c in chunk.chunks(per_call) {
             let o = &mut out[..c.len()];
-            r.get_batch(c, o);
+            get_batch(c, o);
             hits += o.iter().filter(|v| v.is_some()).count() as u64;
         }
         hits
@@ -931,35 +939,6 @@ where
     })
 }
 
-fn quotient_batched(
-    r: &fp_cuckoo::QuotientReader,
-    batch: usize,
-) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
-    move |chunk: &[u64]| {
-        let mut out = [None; 32];
-        let mut hits = 0u64;
-        for c in chunk.chunks(batch) {
-            let o = &mut out[..c.len()];
-            r.get_batch(c, o);
-            hits += o.iter().filter(|v| v.is_some()).count() as u64;
-        }
-        hits
-    }
-}
-
-fn quotient_pipelined(r: &fp_cuckoo::QuotientReader) -> impl Fn(&[u64]) -> u64 + Sync + '_ {
-    move |chunk: &[u64]| {
-        let mut out = [None; PIPELINED_CALL];
-        let mut hits = 0u64;
-        for c in chunk.chunks(PIPELINED_CALL) {
-            let o = &mut out[..c.len()];
-            r.get_batch(c, o);
-            hits += o.iter().filter(|v| v.is_some()).count() as u64;
-        }
-        hits
-    }
-}
-
 /// The quotiented layout against the compact layout (and hashbrown, where it fits): one thread,
 /// the same keys, each lookup contest in alternated rounds.
 fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
@@ -1000,7 +979,13 @@ fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
             cr.stats()
         ));
         let hb = (n <= 256 << 20).then(|| super::env::measure_pages(|| build_hashbrown(ctx, n)));
-        let qb = || measure(ctx.dur, &keys, quotient_batched(&qr, ctx.batch));
+        let qb = || {
+            measure(
+                ctx.dur,
+                &keys,
+                in_calls(ctx.batch, |k, o| qr.get_batch(k, o)),
+            )
+        };
         let cb = || {
             measure(
                 ctx.dur,
@@ -1008,7 +993,13 @@ fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
                 ours_batched(&cr, ctx.batch, Prefetch::TwoRound),
             )
         };
-        let qp = || measure(ctx.dur, &keys, quotient_pipelined(&qr));
+        let qp = || {
+            measure(
+                ctx.dur,
+                &keys,
+                in_calls(PIPELINED_CALL, |k, o| qr.get_batch(k, o)),
+            )
+        };
         let cpp = || measure(ctx.dur, &keys, ours_pipelined(&cr));
         let hbl = || match &hb {
             Some(((m, _), _)) => measure(ctx.dur, &keys, |c| {

@@ -135,15 +135,7 @@ impl Map {
     pub fn from_id(id: u32) -> Result<Map> {
         let fd =
             sys::map_fd_by_id(id).map_err(|e| Error::sys(format!("opening map id {id}"), e))?;
-        let info = sys::map_info(fd.as_fd())
-            .map_err(|e| Error::sys(format!("reading info of map id {id}"), e))?;
-        Self::wrap(
-            fd,
-            MapType::from_raw(info.map_type),
-            info.key_size,
-            info.value_size,
-            info.max_entries,
-        )
+        Self::from_fd(fd).map_err(|e| e.context(format!("map id {id}")))
     }
 
     /// A map another process created and passed over (`SCM_RIGHTS`).
