@@ -226,6 +226,7 @@ impl QuotientMap {
             QuotientWriter {
                 t: table.clone(),
                 queue: Vec::with_capacity(cfg.max_search_nodes.max(2)),
+                path: Vec::with_capacity(cfg.max_search_depth.max(1) + 1),
                 moves: 0,
             },
             QuotientReader { t: table },
@@ -611,6 +612,8 @@ fn stats(t: &QTable) -> QuotientStats {
 pub struct QuotientWriter {
     t: sync::Arc<QTable>,
     queue: Vec<Node>,
+    /// The cuckoo path being executed (allocated once, like `queue`: inserts allocate nothing).
+    path: Vec<(u64, u32)>,
     /// Entries moved along cuckoo paths by this writer.
     moves: u64,
 }
@@ -855,17 +858,21 @@ impl QuotientWriter {
             }
             head += 1;
         };
-        // The path, root first: (bucket, slot whose entry moves on).
+        // The path, from the node next to the free slot back to a root: (bucket, slot whose entry
+        // moves on).
         let (mut at, (slot, mut to, mut free)) = found;
-        let mut path = vec![(self.queue[at].bucket, slot)];
+        self.path.clear();
+        self.path.push((self.queue[at].bucket, slot));
         while self.queue[at].parent != u32::MAX {
             let n = self.queue[at];
             at = n.parent as usize;
-            path.push((self.queue[at].bucket, n.slot_in_parent as u32));
+            self.path
+                .push((self.queue[at].bucket, n.slot_in_parent as u32));
         }
-        // `path` is leaf first now: move each entry into the free slot after it.
-        t.moved.fetch_add(path.len() as u64, Ordering::Release);
-        for &(b, i) in &path {
+        // Move each entry into the slot freed just before it.
+        t.moved.fetch_add(self.path.len() as u64, Ordering::Release);
+        for k in 0..self.path.len() {
+            let (b, i) = self.path[k];
             let s = t.slot(&t.read(b), i);
             let (dest, moved) = self.other(b, s);
             debug_assert_eq!(dest, to);

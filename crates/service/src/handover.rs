@@ -443,20 +443,27 @@ fn serve_one(mut s: UnixStream, who: &str, checkpoint: &mut Checkpointer) -> Res
 mod tests {
     use super::*;
 
+    /// A listener of application "test" on eth0 whose checkpoint is `state`; the cut-overs it
+    /// hands on arrive on the receiver.
+    fn listen(path: &Path, state: Vec<u8>) -> (Listener, std::sync::mpsc::Receiver<Cut>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let listener = Listener::start(
+            path,
+            "test",
+            "eth0".into(),
+            Box::new(move || Ok(state.clone())),
+            move |c| tx.send(c).is_ok(),
+        )
+        .unwrap();
+        (listener, rx)
+    }
+
     #[test]
     fn a_successor_gets_the_checkpoint_then_the_delta_then_the_release() {
         let dir = std::env::temp_dir().join(format!("fp-handover-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("handover.sock");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let listener = Listener::start(
-            &path,
-            "test",
-            "eth0".into(),
-            Box::new(|| Ok(b"state".to_vec())),
-            move |c| tx.send(c).is_ok(),
-        )
-        .unwrap();
+        let (listener, rx) = listen(&path, b"state".to_vec());
         // A second listener on a live socket is refused.
         assert!(Listener::start(
             &path,
@@ -496,15 +503,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fp-handover-ports-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("handover.sock");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let listener = Listener::start(
-            &path,
-            "test",
-            "eth0".into(),
-            Box::new(|| Ok(vec![])),
-            move |c| tx.send(c).is_ok(),
-        )
-        .unwrap();
+        let (listener, rx) = listen(&path, vec![]);
         // The predecessor hands over a file it wrote into (a stand-in for a socket).
         let file = dir.join("port");
         std::fs::write(&file, b"frames").unwrap();
@@ -535,15 +534,7 @@ mod tests {
         listener.close();
 
         // A predecessor that closes its ports instead says so: nothing to take over.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let listener = Listener::start(
-            &path,
-            "test",
-            "eth0".into(),
-            Box::new(|| Ok(vec![])),
-            move |c| tx.send(c).is_ok(),
-        )
-        .unwrap();
+        let (listener, rx) = listen(&path, vec![]);
         let (mut succ, _) = Successor::connect(&path, "test", "eth0").unwrap().unwrap();
         let predecessor = std::thread::spawn(move || {
             let mut cut = rx.recv().unwrap();
