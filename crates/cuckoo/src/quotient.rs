@@ -53,6 +53,8 @@ const MASK48: u64 = (1 << 48) - 1;
 
 const C1: u64 = 0x9e37_79b9_7f4b; // odd
 const C2: u64 = 0xc2b2_ae3d_27d5; // odd
+/// Spreads a quotient over 64 bits for the second-bucket offset (odd; 2^64 / golden ratio).
+const OFFSET_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The multiplicative inverse of odd `c` modulo 2^48 (Newton's iteration).
 const fn inverse48(c: u64) -> u64 {
@@ -145,7 +147,7 @@ impl Geometry {
     /// The distance from a key's first bucket to its second: in `[1, n)`.
     #[inline(always)]
     fn offset(&self, seed: u64, q: u64) -> u64 {
-        1 + fp_hash::reduce(fp_hash::hash_u64(seed, q), self.n - 1)
+        1 + fp_hash::reduce((q ^ seed).wrapping_mul(OFFSET_MUL), self.n - 1)
     }
 
     /// Bit offsets of slot `i`'s fields in its line: low tag, value, high field.
@@ -163,8 +165,64 @@ impl Geometry {
 #[inline(always)]
 fn bits(line: &Line, off: u32, width: u32) -> u64 {
     let (w, sh) = ((off / 64) as usize, off % 64);
-    let two = line[w] as u128 | (line[w + 1] as u128) << 64;
-    (two >> sh) as u64 & (u64::MAX >> (64 - width))
+    // The next word's bits shifted in by 64 - sh in two steps, so sh = 0 needs no branch.
+    let two = line[w] >> sh | (line[w + 1] << 1) << (63 - sh);
+    two & (u64::MAX >> (64 - width))
+}
+
+/// The 16-bit field of `line` at bit `off`, a multiple of 16 (it never spans two words).
+#[inline(always)]
+fn lane(line: &Line, off: u32) -> u64 {
+    line[(off / 64) as usize] >> (off % 64) & 0xffff
+}
+
+/// Bit `j` set where 16-bit lane `j` of `line` equals `v`: lanes 0..16 (the first half line) for
+/// `HALVES = 1`, all 32 for `HALVES = 2`. SSE2 compares eight lanes per instruction.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes_equal<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+    use core::arch::x86_64::{
+        _mm_cmpeq_epi16, _mm_movemask_epi8, _mm_packs_epi16, _mm_set1_epi16, _mm_set_epi64x,
+    };
+    let mut m = 0u32;
+    // SAFETY: these intrinsics touch registers only (no memory), and SSE2 is part of the x86_64
+    // baseline, so every x86_64 CPU runs them.
+    #[allow(unsafe_code)]
+    unsafe {
+        let p = _mm_set1_epi16(v as i16);
+        for h in 0..HALVES {
+            let w = &line[4 * h..4 * h + 4];
+            let a = _mm_cmpeq_epi16(_mm_set_epi64x(w[1] as i64, w[0] as i64), p);
+            let b = _mm_cmpeq_epi16(_mm_set_epi64x(w[3] as i64, w[2] as i64), p);
+            // Equal lanes are 0xffff (-1): packing to bytes keeps -1, so one mask bit per lane.
+            m |= (_mm_movemask_epi8(_mm_packs_epi16(a, b)) as u32) << (16 * h);
+        }
+    }
+    m
+}
+
+/// Portable [`lanes_equal`]: four lanes per word by an exact zero-lane test on the xor.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn lanes_equal<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+    lanes_equal_swar::<HALVES>(line, v)
+}
+
+/// [`lanes_equal`] without SIMD instructions (compiled everywhere so tests compare the two).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[inline(always)]
+fn lanes_equal_swar<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+    const LANES: u64 = 0x0001_0001_0001_0001;
+    const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
+    let pattern = v as u64 * LANES;
+    let mut m = 0u32;
+    for (w, &word) in line[..4 * HALVES].iter().enumerate() {
+        let x = word ^ pattern;
+        let zero = !(((x & LOW15) + LOW15) | x) & !LOW15;
+        let four = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
+        m |= (four as u32) << (4 * w);
+    }
+    m
 }
 
 /// A key prepared for lookups.
@@ -299,43 +357,19 @@ impl QTable {
         let g = &self.g;
         let (lo, val, hi) = g.fields(i);
         let hi = bits(line, hi, g.hbits);
-        (hi >> 1) << 33 | bits(line, lo, 16) << 17 | (hi & 1) << 16 | bits(line, val, 16)
+        (hi >> 1) << 33 | lane(line, lo) << 17 | (hi & 1) << 16 | lane(line, val)
     }
 
-    /// The slots of `line` whose low quotient bits match `want`'s (`q << 1 | flag`): four per
-    /// word, by an exact zero-lane test on the xor.
+    /// The slots of `line` whose low quotient bits match `want`'s (`q << 1 | flag`).
     #[inline(always)]
     fn candidates(&self, line: &Line, want: u64) -> u32 {
-        const LANES: u64 = 0x0001_0001_0001_0001;
-        const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
-        let pattern = (want >> 1 & 0xffff) * LANES;
-        let mut cand = 0u32;
-        for (w, &word) in line
-            .iter()
-            .take((self.g.slots as usize).div_ceil(4))
-            .enumerate()
-        {
-            let x = word ^ pattern;
-            let zero = !(((x & LOW15) + LOW15) | x) & !LOW15;
-            let four = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
-            cand |= (four as u32) << (4 * w);
-        }
-        cand & ((1u32 << self.g.slots) - 1)
+        lanes_equal::<1>(line, (want >> 1) as u16) & ((1u32 << self.g.slots) - 1)
     }
 
     /// The slots of `line` that are empty (value + 1 = 0).
     #[inline(always)]
     fn empties(&self, line: &Line) -> u32 {
-        const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
-        let (_, val, _) = self.g.fields(0);
-        let mut empty = 0u32;
-        for k in 0..self.g.slots.div_ceil(4) {
-            let x = bits(line, val + 64 * k, 64);
-            let zero = !(((x & LOW15) + LOW15) | x) & !LOW15;
-            let four = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
-            empty |= (four as u32) << (4 * k);
-        }
-        empty & ((1u32 << self.g.slots) - 1)
+        lanes_equal::<2>(line, 0) >> self.g.slots & ((1u32 << self.g.slots) - 1)
     }
 
     /// The slot of `line` holding `want` (`q << 1 | flag`), if any.
@@ -348,7 +382,7 @@ impl QTable {
             let i = cand.trailing_zeros();
             cand &= cand - 1;
             let (_, val, hi) = g.fields(i);
-            if bits(line, hi, g.hbits) == want_hi && bits(line, val, 16) != 0 {
+            if bits(line, hi, g.hbits) == want_hi && lane(line, val) != 0 {
                 return Some(i);
             }
         }
@@ -370,7 +404,7 @@ impl QTable {
             cand &= cand - 1;
             let (_, val, hi) = g.fields(i);
             if bits(&line, hi, g.hbits) == want_hi {
-                got |= bits(&line, val, 16);
+                got |= lane(&line, val);
             }
         }
         got
@@ -935,6 +969,51 @@ mod tests {
         }
         for x in [0, 1, MASK48, MASK48 - 1, 1 << 47] {
             assert_eq!(unmix48(mix48(x)), x);
+        }
+    }
+
+    #[test]
+    fn lane_compares_agree_with_a_plain_loop() {
+        let mut x = 99u64;
+        for round in 0..20_000 {
+            let mut line: Line = [0; BUCKET_WORDS + 1];
+            for w in line.iter_mut().take(BUCKET_WORDS) {
+                x = fp_hash::splitmix64(x);
+                // Few distinct lane values, so equal lanes are common.
+                *w = x & 0x0003_0003_0003_0003 | (round & 1) * 0x8000_0000_8000;
+            }
+            for v in [0u16, 1, 2, 3, 0x8000, 0x8001, 0xffff] {
+                let plain = (0..32).fold(0u32, |m, j| {
+                    m | ((line[j / 4] >> (16 * (j % 4)) & 0xffff == v as u64) as u32) << j
+                });
+                assert_eq!(lanes_equal::<2>(&line, v), plain);
+                assert_eq!(lanes_equal_swar::<2>(&line, v), plain);
+                assert_eq!(lanes_equal::<1>(&line, v), plain & 0xffff);
+                assert_eq!(lanes_equal_swar::<1>(&line, v), plain & 0xffff);
+            }
+        }
+    }
+
+    #[test]
+    fn field_reads_match_the_bit_layout() {
+        let mut x = 5u64;
+        let mut line: Line = [0; BUCKET_WORDS + 1];
+        for w in line.iter_mut().take(BUCKET_WORDS) {
+            x = fp_hash::splitmix64(x);
+            *w = x;
+        }
+        let bit = |i: u32| line[(i / 64) as usize] >> (i % 64) & 1;
+        for off in 0..BUCKET_BITS {
+            for width in [1u32, 11, 16, 17, 33] {
+                if off + width > BUCKET_BITS {
+                    continue;
+                }
+                let want = (0..width).fold(0u64, |v, k| v | bit(off + k) << k);
+                assert_eq!(bits(&line, off, width), want, "off {off} width {width}");
+            }
+            if off % 16 == 0 {
+                assert_eq!(lane(&line, off), bits(&line, off, 16));
+            }
         }
     }
 
