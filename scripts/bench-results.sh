@@ -24,7 +24,7 @@ declare -A CMD=(
   [switch-live]="switch --parts live"
   [cluster]="cluster"
   [fib-dpdk]="fib --cases dpdk --sizes 64M,256M --threads 1"
-  [fib-quotient]="fib --cases quotient --sizes 1M,16M,64M,256M"
+  [fib-quotient]="fib --cases quotient --sizes 1M,16M,64M,256M --billion"
 )
 ORDER=(lb live handover switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk fib-quotient)
 # Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released

@@ -565,6 +565,13 @@ def t_fib_quotient(runs):
             ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
         )
         + "\n\n"
+        + "".join(
+            f"Under updates ({size(u['params']['entries'])} entries, one reader, one writer at "
+            f"{num(u['params']['achieved_updates_per_s'])} updates/s): quotient {num(u['value'])} Mops "
+            f"({num(u['params']['lost_pct'])} % fewer than without the writer), compact "
+            f"{num(u['peer_value'])} Mops ({num(u['params']['peer_lost_pct'])} % fewer).\n\n"
+            for u in r.find("quotient_lookup_under_updates")
+        )
         + source(r)
     )
 
