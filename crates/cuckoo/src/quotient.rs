@@ -980,7 +980,7 @@ mod tests {
             for w in line.iter_mut().take(BUCKET_WORDS) {
                 x = fp_hash::splitmix64(x);
                 // Few distinct lane values, so equal lanes are common.
-                *w = x & 0x0003_0003_0003_0003 | (round & 1) * 0x8000_0000_8000;
+                *w = (x & 0x0003_0003_0003_0003) | ((round & 1) * 0x8000_0000_8000);
             }
             for v in [0u16, 1, 2, 3, 0x8000, 0x8001, 0xffff] {
                 let plain = (0..32).fold(0u32, |m, j| {
