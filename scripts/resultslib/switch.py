@@ -264,6 +264,43 @@ def t_fib_sizes(runs):
     return out
 
 
+def t_streaming(runs):
+    r = runs["switch-memory"]
+    st = sorted(need(r, "forward_streaming"), key=lambda x: x["params"]["entries"])
+    rows = []
+    for x in st:
+        n = x["params"]["entries"]
+        lk = r.find("forward_streaming_vs_lookup", entries=n)
+        rows.append(
+            [
+                size(n),
+                num(x["peer_value"]),
+                num(x["value"]),
+                ratio(x.get("ratio")),
+                num(lk[0]["peer_value"]) if lk else "–",
+                ratio(lk[0].get("ratio")) if lk else "",
+            ]
+        )
+    g = st[0]["params"]["gather_frames"]
+    out = (
+        f"One worker, the FIB on huge pages; the streaming worker gathers {g} frames (eight full "
+        "bursts) for one lookup call:\n\n"
+    )
+    out += table(
+        [
+            "FIB entries",
+            "burst at a time, Mpps",
+            f"streaming ({g}), Mpps",
+            "ratio",
+            "the FIB's pipelined lookups (256 keys per call), Mops",
+            "streaming / pipelined",
+        ],
+        rows,
+        ["---:"] * 6,
+    )
+    return out + "\n\n" + source(r)
+
+
 def t_updates(runs):
     r = runs["switch-memory"]
     ups = sorted(need(r, "forward_under_updates"), key=lambda x: x["params"]["target_updates_per_s"])
@@ -421,6 +458,7 @@ TABLES = {
     "switch-bridge": t_bridge,
     "switch-fib-sizes": t_fib_sizes,
     "switch-updates": t_updates,
+    "switch-streaming": t_streaming,
     "switch-big-fib": t_big_fib,
     "switch-paper-bottleneck": t_paper_bottleneck,
     "switch-paper-bridge": t_paper_bridge,

@@ -14,6 +14,10 @@
 //!   burst to one transmit queue and the recycling; the ratio is forwarding / baseline. The FIB maps
 //!   every destination to ports 1-3 and frames enter on port 0, so every measured frame is
 //!   forwarded (checked from the worker's counters).
+//! * `forward_streaming`: the same worker gathering eight full bursts (256 frames, what a receive
+//!   queue that stays full delivers) for one lookup call, whose reads stay in flight from one
+//!   chunk of 32 keys into the next, against the burst-at-a-time worker and against the FIB's own
+//!   pipelined lookup rate on the same destinations (calls of 256 keys, no frames).
 //! * `updates` (Fig 10): Mpps at 2M entries while a writer thread on the other core applies 0..1M
 //!   updates per second (a new MAC inserted, an old one removed), next to the same without updates.
 //!
@@ -147,6 +151,9 @@ fn drive(
     }
     count as f64 / t.elapsed().as_secs_f64() / 1e6
 }
+
+/// Frames the streaming worker gathers for one lookup call: eight bursts.
+const STREAM_GATHER: usize = 256;
 
 /// Entries of the worker's FIB cache in the cache cases: 32 768 (about 1.3 MiB of ring and
 /// fingerprints, within this machine's 2 MiB L2).
@@ -323,17 +330,46 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
             sw.set_mode(mode);
             RefCell::new(sw)
         };
-        let pool = RefCell::new(Pool::new(4 * MAX_BURST));
+        // Buffers for the frames a gathering worker holds, for every variant alike.
+        let pool = RefCell::new(Pool::new(4 * MAX_BURST + STREAM_GATHER));
         let tx = RefCell::new((0..PORTS).map(|_| burst()).collect::<Vec<_>>());
         let run_sw = |sw: &RefCell<SwitchWorker>| -> Result<f64> {
             let mut sw = sw.borrow_mut();
-            Ok(drive(
+            let v = drive(
                 &fr,
                 per_round,
                 &mut pool.borrow_mut(),
                 &mut tx.borrow_mut(),
                 |rx, tx, pool| sw.process(0, rx, tx, pool, 0),
-            ))
+            );
+            // A gathering worker may still hold frames (none when the round is a multiple of
+            // its gather): switched and recycled outside the timing.
+            let (mut pool, mut tx) = (pool.borrow_mut(), tx.borrow_mut());
+            sw.flush(&mut tx, &mut pool, 0);
+            for t in tx.iter_mut() {
+                pool.put_all(t);
+            }
+            Ok(v)
+        };
+        let streaming = worker(&huge, LookupMode::Prefetched);
+        streaming.borrow_mut().set_gather(STREAM_GATHER);
+        let reader = huge.reader();
+        let dsts: Vec<u64> = fr
+            .iter()
+            .map(|f| u64::from_be_bytes([0, 0, f[0], f[1], f[2], f[3], f[4], f[5]]))
+            .collect();
+        let pipelined = || -> Result<f64> {
+            let mut out = vec![None; STREAM_GATHER];
+            let t = Instant::now();
+            let (mut done, mut i) = (0usize, 0usize);
+            while done < per_round {
+                let k = &dsts[i..i + STREAM_GATHER];
+                reader.get_batch_with(k, &mut out, fp_cuckoo::Prefetch::TwoRound);
+                std::hint::black_box(&out);
+                done += STREAM_GATHER;
+                i = (i + STREAM_GATHER) % (dsts.len() - STREAM_GATHER);
+            }
+            Ok(done as f64 / t.elapsed().as_secs_f64() / 1e6)
         };
         let base = || -> Result<f64> {
             Ok(drive(
@@ -356,16 +392,20 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
                 "4K",
             ));
         }
-        let mut runs: Vec<Box<dyn Fn() -> Result<f64> + '_>> =
-            vec![Box::new(base), Box::new(|| run_sw(&hp))];
+        let mut runs: Vec<Box<dyn Fn() -> Result<f64> + '_>> = vec![
+            Box::new(base),
+            Box::new(|| run_sw(&hp)),
+            Box::new(|| run_sw(&streaming)),
+            Box::new(pipelined),
+        ];
         for (_, sw, _) in &variants {
             runs.push(Box::new(move || run_sw(sw)));
         }
         let refs: Vec<&dyn Fn() -> Result<f64>> = runs.iter().map(|f| f.as_ref()).collect();
         let v = contest(rounds, &refs)?;
-        let (bv, ours) = (v[0], v[1]);
-        {
-            let st = hp.borrow();
+        let (bv, ours, stream, piped) = (v[0], v[1], v[2], v[3]);
+        for sw in [&hp, &streaming] {
+            let st = sw.borrow();
             let st = st.stats();
             anyhow::ensure!(
                 st.forwarded.get() == st.rx.get(),
@@ -381,7 +421,26 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
                 .param("frame_bytes", FRAME)
                 .peer("no_lookup_baseline", bv),
         )?;
-        for ((name, _, pg), val) in variants.iter().zip(&v[2..]) {
+        rep.add(
+            Record::higher("forward_streaming", stream, "Mpps")
+                .param("entries", n)
+                .param("pages", pages.clone())
+                .param("gather_frames", STREAM_GATHER)
+                .param("frame_bytes", FRAME)
+                .peer("burst_at_a_time", ours),
+        )?;
+        rep.add(
+            Record::higher("forward_streaming_vs_lookup", stream, "Mpps")
+                .param("entries", n)
+                .param("pages", pages.clone())
+                .param("gather_frames", STREAM_GATHER)
+                .param(
+                    "peer_config",
+                    "the FIB alone: the same destinations in lookup calls of 256 keys, Mops",
+                )
+                .peer("fib_pipelined_lookup", piped),
+        )?;
+        for ((name, _, pg), val) in variants.iter().zip(&v[4..]) {
             rep.add(
                 Record::higher("factor", *val, "Mpps")
                     .param("entries", n)

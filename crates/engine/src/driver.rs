@@ -10,6 +10,7 @@
 //! ```text
 //!   for each port i of the worker (if the stage admits it):
 //!       rx_burst(i) ─► stage.process(i, burst, outputs, now) ─► tx_burst(j) for every j with output
+//!   stage.pass_done(some port filled its whole burst) ─► tx_burst(j) for every j with output
 //!   nothing received for `spin` passes: stage.idle() once after `idle_after`, then sleep until a
 //!   port is ready (poll on the sockets, or a wake-up from the dispatcher), at most `max_wait`
 //!   every `maintain_every` of the clock: stage.maintain()
@@ -329,7 +330,7 @@ impl<S: Stage, P: Port> Core<S, P> {
     /// outputs. Returns the frames received (0: nothing to do).
     #[inline]
     pub fn pass(&mut self) -> usize {
-        let mut got = 0;
+        let (mut got, mut full) = (0, false);
         for (j, p) in self.ports.iter().enumerate() {
             self.out.set_room(j, p.tx_room());
         }
@@ -342,6 +343,7 @@ impl<S: Stage, P: Port> Core<S, P> {
                 continue;
             }
             got += k;
+            full |= k >= self.burst;
             self.counters.ports[i].rx.add(k as u64);
             self.counters.bursts.inc();
             let mut newest = 0;
@@ -356,11 +358,21 @@ impl<S: Stage, P: Port> Core<S, P> {
             self.pool.put_all(&mut self.rx);
             self.transmit();
         }
-        if got == 0 && !self.out.is_empty() {
-            // A backlog of a congested port, offered again.
+        let queued = self.queued();
+        self.stage
+            .pass_done(full, self.now, &mut self.out, &mut self.pool);
+        // What the stage emitted now, or (after an empty pass) a congested port's backlog
+        // offered again.
+        if self.queued() != queued || (got == 0 && queued != 0) {
             self.transmit();
         }
         got
+    }
+
+    /// Packets waiting in the output bursts.
+    #[inline]
+    fn queued(&self) -> usize {
+        (0..self.out.ports()).map(|j| self.out.queued(j)).sum()
     }
 
     /// Hand every output burst to its port.
@@ -858,6 +870,52 @@ mod tests {
             "the 70th descriptor was ignored: slept {:?}",
             t.elapsed()
         );
+    }
+
+    /// Holds what it receives while a pass says more is waiting, sends it on otherwise (the
+    /// switch's gathering): records what each pass told it.
+    struct Holds {
+        held: Vec<Packet>,
+        passes: Vec<bool>,
+    }
+    impl Stage for Holds {
+        fn process(
+            &mut self,
+            _: usize,
+            rx: &mut Vec<Packet>,
+            _: &mut Outputs,
+            _: &mut Pool,
+            _: u64,
+        ) {
+            self.held.append(rx);
+        }
+        fn pass_done(&mut self, more: bool, _: u64, out: &mut Outputs, _: &mut Pool) {
+            self.passes.push(more);
+            if !more {
+                out.to(1).append(&mut self.held);
+            }
+        }
+    }
+
+    #[test]
+    fn every_pass_tells_the_stage_whether_a_burst_came_full() {
+        let frames: Vec<_> = (0..70u64).map(|i| (i, vec![i as u8; 60])).collect();
+        let ports: Vec<Box<dyn Port>> = vec![
+            Box::new(MemPort::new(frames)),
+            Box::new(NullPort::default()),
+        ];
+        let stage = Holds {
+            held: Vec::new(),
+            passes: Vec::new(),
+        };
+        let mut core = Core::new(stage, ports, 256);
+        // 70 frames in bursts of 32: full, full, 6, then nothing.
+        for _ in 0..4 {
+            core.pass();
+        }
+        assert_eq!(core.stage().passes, [true, true, false, false]);
+        assert!(core.stage().held.is_empty());
+        assert_eq!(core.counters.ports[1].tx.get(), 70);
     }
 
     #[test]

@@ -202,6 +202,11 @@ impl Pool {
         self.free.len()
     }
 
+    /// Buffers [`Pool::get`] can still hand out: the free ones and those not created yet.
+    pub fn available(&self) -> usize {
+        self.free.len() + self.capacity.saturating_sub(self.allocated)
+    }
+
     /// Buffers allocated so far.
     pub fn allocated(&self) -> usize {
         self.allocated

@@ -141,6 +141,20 @@ pub trait Stage: Send {
     /// every `maintain_every` of its clock.
     fn maintain(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {}
 
+    /// The driver has offered every port once (one polling pass, called after every pass).
+    /// `more_waiting` is true when some port filled its whole burst, so more frames are probably
+    /// queued behind it and the next pass follows at once. A stage that gathers bursts to work
+    /// on more frames at a time may hold them while `more_waiting` and must emit them when it is
+    /// false: holding then would add latency at light load.
+    fn pass_done(
+        &mut self,
+        _more_waiting: bool,
+        _now_ns: u64,
+        _out: &mut Outputs,
+        _pool: &mut Pool,
+    ) {
+    }
+
     /// The worker has had no input for a while (the driver's `idle_after`): finish work that was
     /// waiting for more input.
     fn idle(&mut self, _now_ns: u64, _out: &mut Outputs, _pool: &mut Pool) {}
@@ -169,6 +183,11 @@ impl<S: Stage + ?Sized> Stage for Box<S> {
     fn maintain(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
         (**self).maintain(now_ns, out, pool)
     }
+    fn pass_done(&mut self, more_waiting: bool, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
+        (**self).pass_done(more_waiting, now_ns, out, pool)
+    }
+
+    #[inline]
     fn idle(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
         (**self).idle(now_ns, out, pool)
     }

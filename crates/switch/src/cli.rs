@@ -37,6 +37,11 @@ pub struct SwitchArgs {
     /// 65536); 0: no cache (the default: see docs/flowcache.md for when it pays).
     #[arg(long, default_value_t = 0)]
     pub fib_cache: usize,
+    /// Most frames a worker gathers for one FIB lookup while more are waiting (bursts that filled
+    /// the receive burst are held, up to this many frames; a shorter burst, or a polling pass that
+    /// found none full, sends everything held at once). 1: each burst alone.
+    #[arg(long, default_value_t = crate::config::DEFAULT_GATHER, value_name = "FRAMES")]
+    pub gather: usize,
     /// Do not look for tracer probes.
     #[arg(long)]
     pub no_trace: bool,
@@ -61,6 +66,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         a.fib_cache,
         !a.no_trace,
     )?;
+    cfg.set_gather(a.gather)?;
     if let Some(dir) = a.state_dir {
         cfg.state_dir = dir;
     }

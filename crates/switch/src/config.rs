@@ -67,10 +67,17 @@ pub struct SwitchConfig {
     pub fib_cache: usize,
     /// Whether workers look for tracer probes.
     pub trace: bool,
+    /// Most frames a worker gathers, while more are waiting, for one FIB lookup (1: each
+    /// receive burst alone).
+    pub gather: usize,
     /// Where the learned entries are kept across a restart (`--state-dir`, else the service's
     /// state directory).
     pub state_dir: std::path::PathBuf,
 }
+
+/// Frames a worker gathers for one lookup by default: eight receive bursts, the lookup call
+/// size at which the FIB's reads stay in flight from one chunk of keys into the next.
+pub const DEFAULT_GATHER: usize = 256;
 
 impl SwitchConfig {
     /// Check the settings and read the preload file.
@@ -131,8 +138,25 @@ impl SwitchConfig {
             learn_queue,
             fib_cache,
             trace,
+            gather: DEFAULT_GATHER,
             state_dir: fp_control::state::state_directory(),
         })
+    }
+
+    /// Set how many frames a worker gathers for one lookup (`--gather`): 1 to
+    /// [`crate::stage::MAX_GATHER`].
+    pub fn set_gather(&mut self, frames: usize) -> Result<(), ConfigError> {
+        if !(1..=crate::stage::MAX_GATHER).contains(&frames) {
+            return Err(invalid(
+                "--gather",
+                format!(
+                    "must be between 1 and {} frames, got {frames}",
+                    crate::stage::MAX_GATHER
+                ),
+            ));
+        }
+        self.gather = frames;
+        Ok(())
     }
 
     /// The aging time in nanoseconds.
@@ -323,6 +347,15 @@ mod tests {
         let ports = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let ok = SwitchConfig::new(ports(&["a", "b"]), 300.0, &[], None, 10, 64, 0, true).unwrap();
         assert_eq!(ok.fib_capacity, 1024, "grown to the minimum");
+        assert_eq!(ok.gather, DEFAULT_GATHER);
+        let mut g = ok.clone();
+        for bad in [0, crate::stage::MAX_GATHER + 1] {
+            let e = g.set_gather(bad).unwrap_err();
+            assert!(e.to_string().starts_with("--gather"), "{e}");
+            assert_eq!(g.gather, DEFAULT_GATHER, "a rejected value changes nothing");
+        }
+        g.set_gather(1).unwrap();
+        assert_eq!(g.gather, 1);
         for (p, aging, q, want) in [
             (
                 ports(&["a"]),

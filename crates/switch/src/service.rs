@@ -172,7 +172,10 @@ impl Service for SwitchService {
     }
 
     fn driver_options(&self, o: &mut Options) {
-        o.buffers = fp_pipeline::packet::MAX_BURST * (self.cfg.ports.len() + 4);
+        // Receive and flood bursts, plus what a worker may hold while gathering and the flood
+        // copies of all of it (every held frame flooded to every other port).
+        let ports = self.cfg.ports.len();
+        o.buffers = fp_pipeline::packet::MAX_BURST * (ports + 4) + self.cfg.gather * (ports - 1);
     }
 
     fn stage(
@@ -188,6 +191,7 @@ impl Service for SwitchService {
             self.learn.clone(),
             self.cfg.aging_ns(),
         );
+        sw.set_gather(self.cfg.gather);
         if self.cfg.fib_cache > 0 {
             sw.set_cache(self.cfg.fib_cache, self.ctl.epoch(), 0x5eed ^ w as u64)
                 .context("the FIB cache")?;

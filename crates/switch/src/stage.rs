@@ -18,7 +18,7 @@
 use crate::controller::FibEpoch;
 use fp_cuckoo::{CompactReader, Prefetch};
 use fp_flowcache::KeyedCache;
-use fp_pipeline::packet::{Packet, Pool};
+use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_pipeline::stats::Counter;
 use fp_pipeline::trace::{probe_id, ProbeSender};
@@ -117,8 +117,22 @@ struct FibCache {
     miss_out: Vec<Option<u16>>,
 }
 
+impl FibCache {
+    /// Room for `n` lookups per call, so the data path grows nothing.
+    fn reserve(&mut self, n: usize) {
+        self.hashes.reserve(n);
+        self.hits.reserve(n);
+        self.miss.reserve(n);
+        self.miss_at.reserve(n);
+        self.miss_out.reserve(n);
+    }
+}
+
 /// Per-worker cache of recently reported source MACs: (mac, port, time reported).
 const REFRESH_SLOTS: usize = 4096;
+
+/// Most frames a worker gathers for one lookup ([`SwitchWorker::set_gather`]).
+pub const MAX_GATHER: usize = 1024;
 
 /// One switch worker.
 pub struct SwitchWorker {
@@ -135,6 +149,14 @@ pub struct SwitchWorker {
     out: Vec<Option<u16>>,
     seen: Vec<Option<u16>>,
     cache: Option<Box<FibCache>>,
+    /// Frames received and not switched yet, with their ingress ports (`dst`, `src` hold their
+    /// MACs): one burst, or several gathered while more were waiting.
+    held: Vec<Packet>,
+    held_in: Vec<u16>,
+    /// Most frames held before they are switched (1: each burst as it comes).
+    gather: usize,
+    /// Frames flooded per ingress port.
+    flooded: Arc<[Counter]>,
 }
 
 impl SwitchWorker {
@@ -160,7 +182,50 @@ impl SwitchWorker {
             out: Vec::with_capacity(64),
             seen: Vec::with_capacity(64),
             cache: None,
+            held: Vec::with_capacity(MAX_BURST),
+            held_in: Vec::with_capacity(MAX_BURST),
+            gather: 1,
+            flooded: (0..ports).map(|_| Counter::default()).collect(),
         }
+    }
+
+    /// Gather up to `frames` frames (at most [`MAX_GATHER`]) before looking them up and switching
+    /// them: [`SwitchWorker::process`] holds a burst while the next one would still fit, and
+    /// [`SwitchWorker::flush`] switches what is held. One lookup call over several bursts keeps
+    /// the FIB's reads in flight from one chunk of keys into the next (CuckooSwitch's dynamic
+    /// batching, §4.3) instead of draining them at every burst. 1 (the default) switches each
+    /// burst as it comes. The caller decides when holding is worth it: the engine stage holds
+    /// only bursts that filled the receive burst (more frames waiting) and flushes at the end of
+    /// every polling pass that found none, so light traffic waits for nothing.
+    pub fn set_gather(&mut self, frames: usize) {
+        self.gather = frames.clamp(1, MAX_GATHER);
+        let room = self.room();
+        for v in [&mut self.dst, &mut self.src] {
+            v.reserve(room);
+        }
+        for v in [&mut self.out, &mut self.seen] {
+            v.reserve(room);
+        }
+        self.held.reserve(room);
+        self.held_in.reserve(room);
+        if let Some(c) = &mut self.cache {
+            c.reserve(room);
+        }
+    }
+
+    /// The most frames one lookup call handles: the gather, plus the burst that ends it.
+    fn room(&self) -> usize {
+        self.gather.max(MAX_BURST) + MAX_BURST
+    }
+
+    /// Frames held, waiting to be switched.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Frames flooded per ingress port.
+    pub fn flooded(&self) -> &Arc<[Counter]> {
+        &self.flooded
     }
 
     /// Put a flow cache of `entries` entries (at most 65 536) in front of the FIB for destination
@@ -173,17 +238,19 @@ impl SwitchWorker {
         epoch: FibEpoch,
         seed: u64,
     ) -> Result<(), fp_flowcache::Error> {
-        self.cache = Some(Box::new(FibCache {
+        let mut c = Box::new(FibCache {
             cache: KeyedCache::new(entries, seed)?,
             epoch,
             seed,
             on: true,
-            hashes: Vec::with_capacity(64),
-            hits: Vec::with_capacity(64),
-            miss: Vec::with_capacity(64),
-            miss_at: Vec::with_capacity(64),
-            miss_out: Vec::with_capacity(64),
-        }));
+            hashes: Vec::new(),
+            hits: Vec::new(),
+            miss: Vec::new(),
+            miss_at: Vec::new(),
+            miss_out: Vec::new(),
+        });
+        c.reserve(self.room());
+        self.cache = Some(c);
         Ok(())
     }
 
@@ -287,7 +354,9 @@ impl SwitchWorker {
     }
 
     /// Switch a burst received on `in_port`: every packet ends up in `tx[p]` for its output port(s)
-    /// or back in `pool` (dropped, counted). `tx` has one burst per port.
+    /// or back in `pool` (dropped, counted). `tx` has one burst per port. With
+    /// [`SwitchWorker::set_gather`] above one burst, the burst may be held instead (and switched
+    /// with later ones by a later call or [`SwitchWorker::flush`]).
     pub fn process(
         &mut self,
         in_port: u16,
@@ -296,12 +365,17 @@ impl SwitchWorker {
         pool: &mut Pool,
         now_ns: u64,
     ) {
-        let n = rx.len();
-        self.stats.rx.add(n as u64);
-        self.dst.clear();
-        self.src.clear();
+        self.take(in_port, rx);
+        if self.held.len() + MAX_BURST > self.gather {
+            self.flush(tx, pool, now_ns);
+        }
+    }
+
+    /// Hold the frames of `rx` with their MACs.
+    fn take(&mut self, in_port: u16, rx: &mut Vec<Packet>) {
+        self.stats.rx.add(rx.len() as u64);
         // Both MACs from two 8-byte loads (bytes 0..8 and 6..14, top 48 bits); a runt (shorter than
-        // an Ethernet header) gets MAC 0 and is dropped below. Sources only when learning.
+        // an Ethernet header) gets MAC 0 and is dropped when switched.
         for p in rx.iter() {
             let d = p.data();
             let (dm, sm) = match d.get(..14) {
@@ -313,25 +387,45 @@ impl SwitchWorker {
             };
             self.dst.push(dm);
             self.src.push(sm);
+            self.held_in.push(in_port);
         }
-        // Destination (and, learning, source) MACs of the whole burst, looked up together.
+        if self.held.is_empty() && self.gather <= MAX_BURST {
+            // Each burst alone: the buffers trade places, nothing is copied.
+            std::mem::swap(&mut self.held, rx);
+        } else {
+            // Into the room `set_gather` reserved: nothing is allocated.
+            self.held.append(rx);
+        }
+    }
+
+    /// Look up and switch every held frame.
+    pub fn flush(&mut self, tx: &mut [Vec<Packet>], pool: &mut Pool, now_ns: u64) {
+        let n = self.held.len();
+        if n == 0 {
+            return;
+        }
+        // Destination (and, learning, source) MACs of every held frame, looked up together.
         self.out.clear();
         self.out.resize(n, None);
         let (dst, src) = (std::mem::take(&mut self.dst), std::mem::take(&mut self.src));
         let mut out = std::mem::take(&mut self.out);
         let mut seen = std::mem::take(&mut self.seen);
+        let (mut held, mut held_in) = (
+            std::mem::take(&mut self.held),
+            std::mem::take(&mut self.held_in),
+        );
         self.lookup_cached(&dst, &mut out);
         if self.learning {
             seen.clear();
             seen.resize(n, None);
             self.lookup(&src, &mut seen);
         }
-        // Counted locally and published once per burst: the counters are shared with the metrics
+        // Counted locally and published once per call: the counters are shared with the metrics
         // reader, so per-frame updates would be a load and a store to memory each.
         let (mut forwarded, mut filtered) = (0u64, 0u64);
         let ports = self.ports;
-        for (i, p) in rx.drain(..).enumerate() {
-            let (d, s) = (dst[i], src[i]);
+        for (i, p) in held.drain(..).enumerate() {
+            let (d, s, in_port) = (dst[i], src[i], held_in[i]);
             if p.len() < 14 {
                 self.stats.runt.inc();
                 pool.put(p);
@@ -361,6 +455,7 @@ impl SwitchWorker {
                         self.stats.unknown_unicast.inc();
                     }
                     self.stats.flooded.inc();
+                    self.flooded[in_port as usize].inc();
                     self.flood(in_port, p, tx, pool);
                 }
             }
@@ -372,7 +467,12 @@ impl SwitchWorker {
         if filtered != 0 {
             self.stats.filtered.add(filtered);
         }
+        let (mut dst, mut src) = (dst, src);
+        dst.clear();
+        src.clear();
+        held_in.clear();
         (self.dst, self.src, self.out, self.seen) = (dst, src, out, seen);
+        (self.held, self.held_in) = (held, held_in);
     }
 
     /// Copies of `p` to every port but `in_port` (the last one gets the original).
@@ -543,7 +643,6 @@ impl Tracer {
 pub struct SwitchStage {
     index: usize,
     sw: SwitchWorker,
-    flooded: Arc<[Counter]>,
     tracer: Option<Tracer>,
 }
 
@@ -555,11 +654,9 @@ impl SwitchStage {
         sw: SwitchWorker,
         tracer: Option<(ProbeSender<SwitchRecord>, CompactReader, Arc<Vec<String>>)>,
     ) -> SwitchStage {
-        let ports = sw.ports() as usize;
         SwitchStage {
             index,
             sw,
-            flooded: (0..ports).map(|_| Counter::default()).collect(),
             tracer: tracer.map(|(probes, fib, names)| Tracer {
                 probes,
                 fib,
@@ -577,7 +674,7 @@ impl SwitchStage {
 
     /// Frames flooded per ingress port (read by the metrics).
     pub fn flooded(&self) -> Arc<[Counter]> {
-        self.flooded.clone()
+        self.sw.flooded().clone()
     }
 }
 
@@ -594,15 +691,38 @@ impl Stage for SwitchStage {
         if let Some(t) = &mut self.tracer {
             t.scan(rx);
         }
-        let flooded = self.sw.stats().flooded.get();
+        // A burst that filled the receive burst may be held (more frames are probably waiting);
+        // a shorter one means the queue is drained: everything held goes now.
+        let drained = rx.len() < MAX_BURST;
         self.sw
             .process(port as u16, rx, out.bursts_mut(), pool, now_ns);
-        self.flooded[port].add(self.sw.stats().flooded.get() - flooded);
+        let probes = self.tracer.as_ref().is_some_and(|t| t.n > 0);
+        // Holding more must leave buffers for the next burst and for flooding all that is held
+        // (the service sizes the pool for it; this keeps a smaller pool from losing copies).
+        let flood_copies = (self.sw.held() + MAX_BURST) * (self.sw.ports() as usize - 1);
+        if drained || probes || pool.available() < flood_copies + MAX_BURST {
+            self.sw.flush(out.bursts_mut(), pool, now_ns);
+        }
         if let Some(t) = &mut self.tracer {
             if t.n > 0 {
                 t.record(self.index, port, out, now_ns);
             }
         }
+    }
+
+    #[inline]
+    fn pass_done(&mut self, more_waiting: bool, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
+        if !more_waiting {
+            self.sw.flush(out.bursts_mut(), pool, now_ns);
+        }
+    }
+
+    fn idle(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
+        self.sw.flush(out.bursts_mut(), pool, now_ns);
+    }
+
+    fn finish(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
+        self.sw.flush(out.bursts_mut(), pool, now_ns);
     }
 }
 
@@ -669,6 +789,191 @@ mod tests {
             }
             outs
         }
+    }
+
+    /// The frames of each port's transmit bursts (bytes), recycling the buffers.
+    fn drain_tx(tx: &mut [Vec<Packet>], pool: &mut Pool) -> Vec<Vec<Vec<u8>>> {
+        tx.iter_mut()
+            .map(|t| {
+                let v = t.iter().map(|p| p.data().to_vec()).collect();
+                pool.put_all(t);
+                v
+            })
+            .collect()
+    }
+
+    /// A worker gathering up to 96 frames (three full bursts) and one switching each burst alone
+    /// see the same full bursts from random ports (known destinations on any port, unknown ones,
+    /// broadcasts, destinations on the ingress port): every port sends the same frames in the
+    /// same order, and the counters agree, per ingress port too.
+    #[test]
+    fn gathered_bursts_go_out_as_each_alone_would() {
+        let mk = |gather: usize| {
+            let (fw, fr) = CompactMap::new(&Config::with_capacity(4096)).unwrap();
+            let (ltx, lrx) = learn_queue(4096);
+            let mut c = SwitchControl::new(fw, lrx, u64::MAX);
+            for h in 0..200u64 {
+                c.preload(plus(A, h), (h % 4) as u16).unwrap();
+            }
+            let mut w = SwitchWorker::new(fr, 4, ltx, u64::MAX);
+            w.set_learning(false);
+            w.set_gather(gather);
+            Sw {
+                w,
+                c,
+                pool: Pool::new(1024),
+                tx: (0..4).map(|_| burst()).collect(),
+            }
+        };
+        let (mut a, mut b) = (mk(1), mk(96));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let (mut sent_a, mut sent_b) = (vec![Vec::new(); 4], vec![Vec::new(); 4]);
+        let mut held_seen = 0;
+        for _ in 0..40 {
+            let port = rnd(4) as u16;
+            let frames: Vec<Vec<u8>> = (0..MAX_BURST)
+                .map(|_| match rnd(10) {
+                    0 => frame(BCAST, plus(B, rnd(50))),
+                    1 => frame(plus(C, 1 << 20 | rnd(50)), plus(B, rnd(50))),
+                    _ => frame(plus(A, rnd(200)), plus(B, rnd(50))),
+                })
+                .collect();
+            for (s, sent) in [(&mut a, &mut sent_a), (&mut b, &mut sent_b)] {
+                let mut rx = burst();
+                for f in &frames {
+                    let mut p = s.pool.get().unwrap();
+                    p.fill(f);
+                    rx.push(p);
+                }
+                s.w.process(port, &mut rx, &mut s.tx, &mut s.pool, 1);
+                assert!(rx.is_empty(), "every frame is taken");
+                for (j, o) in drain_tx(&mut s.tx, &mut s.pool).into_iter().enumerate() {
+                    sent[j].extend(o);
+                }
+            }
+            assert_eq!(a.w.held(), 0);
+            assert!(b.w.held() <= 96 - MAX_BURST, "{} held", b.w.held());
+            held_seen = held_seen.max(b.w.held());
+        }
+        assert_eq!(
+            held_seen, 64,
+            "the gathering worker held two bursts at times"
+        );
+        b.w.flush(&mut b.tx, &mut b.pool, 1);
+        assert_eq!(b.w.held(), 0);
+        for (j, o) in drain_tx(&mut b.tx, &mut b.pool).into_iter().enumerate() {
+            sent_b[j].extend(o);
+        }
+        assert_eq!(sent_a, sent_b);
+        let (sa, sb) = (a.w.stats(), b.w.stats());
+        for (x, y) in sa.values().into_iter().zip(sb.values()) {
+            assert_eq!(x, y);
+        }
+        assert!(sa.forwarded.get() > 500 && sa.flooded.get() > 100 && sa.filtered.get() > 100);
+        let per_port = |w: &SwitchWorker| w.flooded().iter().map(|c| c.get()).collect::<Vec<_>>();
+        assert_eq!(per_port(&a.w), per_port(&b.w));
+        assert_eq!(per_port(&a.w).iter().sum::<u64>(), sa.flooded.get());
+        let _ = (&a.c, &b.c);
+    }
+
+    /// In the engine, a gathering stage holds only full bursts, and only while a polling pass says
+    /// more frames are waiting: a short burst, a pass without a full burst, the idle hook and the
+    /// end of input each send everything held.
+    #[test]
+    fn the_stage_holds_full_bursts_only_while_more_are_waiting() {
+        let (fw, fr) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
+        let (ltx, lrx) = learn_queue(64);
+        let mut c = SwitchControl::new(fw, lrx, u64::MAX);
+        c.preload(B, 1).unwrap();
+        let mut w = SwitchWorker::new(fr, 2, ltx, u64::MAX);
+        w.set_learning(false);
+        w.set_gather(256);
+        let mut st = SwitchStage::new(0, w, None);
+        let mut pool = Pool::new(1024);
+        let mut out = Outputs::new(2);
+        let recv = |st: &mut SwitchStage, out: &mut Outputs, pool: &mut Pool, n: usize| {
+            let mut rx = burst();
+            for _ in 0..n {
+                let mut p = pool.get().unwrap();
+                p.fill(&frame(B, A));
+                rx.push(p);
+            }
+            st.process(0, &mut rx, out, pool, 1);
+        };
+        let sent = |out: &mut Outputs, pool: &mut Pool| {
+            let n = out.burst(1).len();
+            pool.put_all(out.to(1));
+            n
+        };
+        // Full bursts wait while more are waiting ...
+        recv(&mut st, &mut out, &mut pool, MAX_BURST);
+        recv(&mut st, &mut out, &mut pool, MAX_BURST);
+        st.pass_done(true, 1, &mut out, &mut pool);
+        assert_eq!(sent(&mut out, &mut pool), 0);
+        // ... and go with the next short burst,
+        recv(&mut st, &mut out, &mut pool, 5);
+        assert_eq!(sent(&mut out, &mut pool), 2 * MAX_BURST + 5);
+        // or at the end of a pass that found no full burst,
+        recv(&mut st, &mut out, &mut pool, MAX_BURST);
+        assert_eq!(sent(&mut out, &mut pool), 0);
+        st.pass_done(false, 1, &mut out, &mut pool);
+        assert_eq!(sent(&mut out, &mut pool), MAX_BURST);
+        // or when the worker goes idle, or the input ends,
+        recv(&mut st, &mut out, &mut pool, MAX_BURST);
+        st.idle(1, &mut out, &mut pool);
+        assert_eq!(sent(&mut out, &mut pool), MAX_BURST);
+        recv(&mut st, &mut out, &mut pool, MAX_BURST);
+        st.finish(1, &mut out, &mut pool);
+        assert_eq!(sent(&mut out, &mut pool), MAX_BURST);
+        // or when the gather is full: eight full bursts.
+        for k in 0..8 {
+            recv(&mut st, &mut out, &mut pool, MAX_BURST);
+            let expect = if k == 7 { 8 * MAX_BURST } else { 0 };
+            assert_eq!(sent(&mut out, &mut pool), expect, "after burst {k}");
+        }
+        assert_eq!(st.stats().forwarded.get(), st.stats().rx.get());
+        let _ = c;
+    }
+
+    /// A stage whose pool could not flood everything it would hold switches at once instead:
+    /// broadcasts gathered on a 4-port switch with a small pool lose no copy.
+    #[test]
+    fn gathering_never_holds_more_than_the_pool_can_flood() {
+        let (_fw, fr) = CompactMap::new(&Config::with_capacity(1000)).unwrap();
+        let (ltx, _lrx) = learn_queue(64);
+        let mut w = SwitchWorker::new(fr, 4, ltx, u64::MAX);
+        w.set_learning(false);
+        w.set_gather(256);
+        let mut st = SwitchStage::new(0, w, None);
+        let mut pool = Pool::new(4 * MAX_BURST);
+        let mut out = Outputs::new(4);
+        for _ in 0..6 {
+            let mut rx = burst();
+            for _ in 0..MAX_BURST {
+                let mut p = pool.get().unwrap();
+                p.fill(&frame(BCAST, A));
+                rx.push(p);
+            }
+            st.process(0, &mut rx, &mut out, &mut pool, 1);
+            assert_eq!(
+                st.sw.held(),
+                0,
+                "a full burst held with room for its copies only"
+            );
+            for j in 0..4 {
+                pool.put_all(out.to(j));
+            }
+        }
+        let s = st.stats();
+        assert_eq!(s.no_buffer.get(), 0);
+        assert_eq!(s.flooded.get(), 6 * MAX_BURST as u64);
+        assert_eq!(s.tx.get(), 3 * 6 * MAX_BURST as u64);
     }
 
     /// Two switches see the same frames, moves and aging, one with a small FIB cache (its ring
