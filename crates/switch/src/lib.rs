@@ -6,10 +6,11 @@
 //!
 //! * [`stage`]: the data path. One [`stage::SwitchWorker`] per core reads its queue of every port
 //!   and looks up the destination (and, learning, source) MACs of a whole burst at once in the
-//!   shared cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3), then hands each frame
-//!   to its output port's burst; unknown unicast, broadcast and multicast are flooded, never back
-//!   out of the ingress port. [`stage::SwitchStage`] adds per-port flood counters and the tracer.
-//!   No clock, no lock, no system call.
+//!   shared cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3) — several bursts in
+//!   one call when they come full (streaming lookups, `--gather`) — then hands each frame to its
+//!   output port's burst; unknown unicast, broadcast and multicast are flooded, never back out of
+//!   the ingress port. [`stage::SwitchStage`] decides when held bursts go (a short burst, a
+//!   polling pass without a full one) and adds the tracer. No clock, no lock, no system call.
 //! * [`controller`]: the FIB's single writer (§3.2: one writer, lock-free readers with version
 //!   counters), free of I/O: it applies the workers' learn events, keeps static entries, ages
 //!   learned ones.

@@ -4,6 +4,9 @@
 //! Every worker reads its receive queue of every port and, for each burst, looks up the destination
 //! and source MACs of all its packets at once in the FIB (dynamic batching, two-round prefetching:
 //! CuckooSwitch §3.3-3.4, §4.3), then hands each packet to the transmit burst of its output port.
+//! While bursts come full (more frames waiting), it gathers several (up to
+//! [`SwitchWorker::set_gather`]) for one lookup call, whose reads stay in flight from one chunk
+//! of keys into the next.
 //! Unknown unicast, broadcast and multicast destinations are flooded to every other port; a frame
 //! never leaves through the port it came in on.
 //!
