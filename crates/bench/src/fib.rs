@@ -1061,6 +1061,24 @@ fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
     quotient_updates(ctx, rep)
 }
 
+/// A writer's update for `with_writer`: key index `i` inserted (`Some(value)`) or removed.
+fn churn_update(
+    seed: u64,
+    mut apply: impl FnMut(u64, Option<u16>) -> Result<()>,
+) -> impl FnMut(u64, bool) -> Result<()> {
+    move |i, insert| apply(key48(seed, i), insert.then(|| value_of(i)))
+}
+
+/// Keep the best (quiet, under updates) reader rate and the writer's achieved rate.
+fn keep_best(best: &mut (f64, f64, f64), rate: u64, (got, achieved): (f64, f64)) {
+    if rate == 0 {
+        best.0 = best.0.max(got);
+    } else {
+        best.1 = best.1.max(got);
+        best.2 = achieved;
+    }
+}
+
 /// Fig 10's bar for the quotiented layout: one reader's batched lookups while a writer applies
 /// 500K updates/s (half inserts of new keys, half removals of old ones) to a
 /// 2M-entry table at 95 % load, against the compact layout under the same writer; the share lost
@@ -1088,19 +1106,17 @@ fn quotient_updates(ctx: &Ctx, rep: &mut Report) -> Result<()> {
                 w.insert(key48(ctx.seed, i), value_of(i))
                     .map_err(update_err)?;
             }
-            let (got, achieved) = with_writer(
+            let got = with_writer(
                 rate,
                 n,
                 churn,
-                |i, insert| {
-                    let k = key48(ctx.seed, i);
-                    if insert {
-                        w.insert(k, value_of(i)).map(|_| ()).map_err(update_err)
-                    } else {
+                churn_update(ctx.seed, |k, v| match v {
+                    Some(v) => w.insert(k, v).map(|_| ()).map_err(update_err),
+                    None => {
                         w.remove(k);
                         Ok(())
                     }
-                },
+                }),
                 || {
                     measure(
                         ctx.dur,
@@ -1109,28 +1125,21 @@ fn quotient_updates(ctx: &Ctx, rep: &mut Report) -> Result<()> {
                     )
                 },
             )?;
-            if rate == 0 {
-                q.0 = q.0.max(got);
-            } else {
-                q.1 = q.1.max(got);
-                q.2 = achieved;
-            }
+            keep_best(&mut q, rate, got);
             drop((w, r));
             let (mut w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
             let r = w.reader();
-            let (got, achieved) = with_writer(
+            let got = with_writer(
                 rate,
                 n,
                 churn,
-                |i, insert| {
-                    let k = key48(ctx.seed, i);
-                    if insert {
-                        w.insert(k, value_of(i)).map(|_| ()).map_err(update_err)
-                    } else {
+                churn_update(ctx.seed, |k, v| match v {
+                    Some(v) => w.insert(k, v).map(|_| ()).map_err(update_err),
+                    None => {
                         w.remove(k);
                         Ok(())
                     }
-                },
+                }),
                 || {
                     measure(
                         ctx.dur,
@@ -1139,12 +1148,7 @@ fn quotient_updates(ctx: &Ctx, rep: &mut Report) -> Result<()> {
                     )
                 },
             )?;
-            if rate == 0 {
-                c.0 = c.0.max(got);
-            } else {
-                c.1 = c.1.max(got);
-                c.2 = achieved;
-            }
+            keep_best(&mut c, rate, got);
         }
     }
     // The share lost: below zero (faster under updates, within noise) reads as none lost.
