@@ -1061,12 +1061,45 @@ fn quotient_case(ctx: &Ctx, rep: &mut Report, sizes: &[u64]) -> Result<()> {
     quotient_updates(ctx, rep)
 }
 
-/// A writer's update for `with_writer`: key index `i` inserted (`Some(value)`) or removed.
-fn churn_update(
-    seed: u64,
-    mut apply: impl FnMut(u64, Option<u16>) -> Result<()>,
-) -> impl FnMut(u64, bool) -> Result<()> {
-    move |i, insert| apply(key48(seed, i), insert.then(|| value_of(i)))
+/// A MAC -> port table's writer, as the updates contests drive it.
+trait Churn {
+    fn put(&mut self, key: u64, value: u16) -> Result<()>;
+    fn del(&mut self, key: u64);
+}
+
+impl Churn for fp_cuckoo::CompactWriter {
+    fn put(&mut self, key: u64, value: u16) -> Result<()> {
+        self.insert(key, value)
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+    fn del(&mut self, key: u64) {
+        self.remove(key);
+    }
+}
+
+impl Churn for fp_cuckoo::QuotientWriter {
+    fn put(&mut self, key: u64, value: u16) -> Result<()> {
+        self.insert(key, value)
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+    fn del(&mut self, key: u64) {
+        self.remove(key);
+    }
+}
+
+/// A writer's update for `with_writer`: key index `i` inserted with its value, or removed.
+fn churn_update(seed: u64, w: &mut impl Churn) -> impl FnMut(u64, bool) -> Result<()> + '_ {
+    move |i, insert| {
+        let k = key48(seed, i);
+        if insert {
+            w.put(k, value_of(i))
+        } else {
+            w.del(k);
+            Ok(())
+        }
+    }
 }
 
 /// Keep the best (quiet, under updates) reader rate and the writer's achieved rate.
@@ -1106,48 +1139,24 @@ fn quotient_updates(ctx: &Ctx, rep: &mut Report) -> Result<()> {
                 w.insert(key48(ctx.seed, i), value_of(i))
                     .map_err(update_err)?;
             }
-            let got = with_writer(
-                rate,
-                n,
-                churn,
-                churn_update(ctx.seed, |k, v| match v {
-                    Some(v) => w.insert(k, v).map(|_| ()).map_err(update_err),
-                    None => {
-                        w.remove(k);
-                        Ok(())
-                    }
-                }),
-                || {
-                    measure(
-                        ctx.dur,
-                        &keys,
-                        in_calls(ctx.batch, |k, o| r.get_batch(k, o)),
-                    )
-                },
-            )?;
+            let got = with_writer(rate, n, churn, churn_update(ctx.seed, &mut w), || {
+                measure(
+                    ctx.dur,
+                    &keys,
+                    in_calls(ctx.batch, |k, o| r.get_batch(k, o)),
+                )
+            })?;
             keep_best(&mut q, rate, got);
             drop((w, r));
             let (mut w, _) = build_ours(ctx, n, PagePolicy::Auto)?;
             let r = w.reader();
-            let got = with_writer(
-                rate,
-                n,
-                churn,
-                churn_update(ctx.seed, |k, v| match v {
-                    Some(v) => w.insert(k, v).map(|_| ()).map_err(update_err),
-                    None => {
-                        w.remove(k);
-                        Ok(())
-                    }
-                }),
-                || {
-                    measure(
-                        ctx.dur,
-                        &keys,
-                        ours_batched(&r, ctx.batch, Prefetch::TwoRound),
-                    )
-                },
-            )?;
+            let got = with_writer(rate, n, churn, churn_update(ctx.seed, &mut w), || {
+                measure(
+                    ctx.dur,
+                    &keys,
+                    ours_batched(&r, ctx.batch, Prefetch::TwoRound),
+                )
+            })?;
             keep_best(&mut c, rate, got);
         }
     }
