@@ -4,19 +4,20 @@
 //! ```text
 //! key (48 bits) ──xor seed──► mix (a bijection of 48-bit words) ──► h
 //! h = q · N + b1          b1: first bucket (0 ≤ b1 < N), q: the quotient, ⌈log2(2^48 / N)⌉ bits
-//! b2 = (b1 + f(q)) mod N  f(q) ∈ [1, N): a hash of the quotient, so b2 ≠ b1
+//! b2 = (b1 + f(q)) mod N  f(q) ∈ [1, N): the quotient times an odd constant, scaled to N − 1
 //!
 //! one bucket = one 64-byte line, S slots of w = q bits + 1 + 16 bits, in three arrays:
 //! ┌───────────────────────┬───────────────────────┬──────────────────────────────┬─────┐
 //! │ S × 16: q's low bits  │ S × 16: value + 1     │ S × (q bits − 15): q >> 16,  │ pad │
-//! │ (compared 4 at a time)│ (0: the slot is empty)│ then the second-bucket flag  │     │
+//! │ (compared all at once)│ (0: the slot is empty)│ then the second-bucket flag  │     │
 //! └───────────────────────┴───────────────────────┴──────────────────────────────┴─────┘
 //! S · w ≤ 512
 //! ```
 //!
-//! A lookup compares the probe's low 16 quotient bits with four slots per 64-bit word at once
-//! (a zero-lane test on the xor), and checks the rest of the quotient and the flag only for the
-//! slots that match there (about one in 65 536 that do not hold the key).
+//! A lookup compares the probe's low 16 quotient bits with every slot's at once (SSE2: two
+//! 8-lane compares, a pack and a mask; elsewhere a zero-lane test, four lanes per word), and
+//! checks the rest of the quotient and the flag only for the slots that match there (about one
+//! in 65 536 that do not hold the key). docs/quotient.md has the measurements.
 //!
 //! An entry in bucket `b` with quotient `q` and flag `second` is the key `unmix(q · N + b1) ⊕ seed`
 //! where `b1 = b` (first bucket) or `b1 = (b − f(q)) mod N` (second): the key comes back whole, so
