@@ -31,9 +31,9 @@ ORDER=(lb live handover switch-memory switch-live-fib fib flowstate maglev setse
 # after it; without them the tables fall back to transparent huge pages, which the records say).
 declare -A RESERVE=(
   [switch-live-fib]=4500   # a 1G-entry FIB: 8.4 GiB
-  [fib-dpdk]=8000          # DPDK's EAL takes its memory from them (a 256M-entry rte_hash with
-                           # extendable buckets: about 12 GiB), and flowplane's table gets them
-                           # too (2.1 GiB): equal pages
+  [fib-dpdk]=8800          # DPDK's EAL takes its memory from them (a 256M-entry rte_hash with
+                           # extendable buckets: about 12 GiB), and flowplane's tables get them
+                           # too (2.1 GiB compact, 1.4 GiB quotiented): equal pages
 )
 # Runs that need the benchmark binary's optional peers (cargo features of fp-bench).
 declare -A FEATURES=(

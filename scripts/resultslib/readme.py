@@ -586,7 +586,7 @@ TABLES = {
     "fib": t_fib,
     "flowstate": t_flowstate,
     "maglev": t_records("maglev", ["balance_spread", "disruption", "populate"], keys={"backends", "size", "failed_pct", "m", "trials"}),
-    "fib-dpdk": t_records("fib-dpdk", ["lookup_batched"], keys={"entries", "threads", "batch", "pages", "peer_pages", "peer_config"}),
+    "fib-dpdk": t_records("fib-dpdk", ["lookup_batched"], keys={"entries", "layout", "threads", "batch", "pages", "peer_pages", "peer_config"}),
     "cluster": t_cluster,
     "cluster-capacity": t_cluster_capacity,
     "setsep": t_records("setsep", ["bits_per_key", "lookup"], keys={"setting", "value_bits", "keys", "batch", "threads", "pages", "peer_pages"}),

@@ -563,6 +563,20 @@ fn size_cases(
         // keys (extendable buckets if it needs them to hold them all), and, where memory allows,
         // sized for twice the keys (a half-full table: DPDK's fastest lookups).
         let all: Vec<u64> = (0..n).map(|i| key48(ctx.seed, i)).collect();
+        // The quotiented layout too, on the same pages, in the same contests.
+        let (quotient, q_pages) = measured(|| {
+            let cfg = Config::with_capacity(n as usize)
+                .seed(ctx.seed ^ 0x00C0_FFEE)
+                .pages(PagePolicy::Auto);
+            let (mut qw, qr) =
+                fp_cuckoo::QuotientMap::new(&cfg).context("building the quotient table")?;
+            for (i, &k) in all.iter().enumerate() {
+                qw.insert(k, value_of(i as u64))
+                    .with_context(|| format!("quotient insert #{i} of {n}"))?;
+            }
+            Ok((qw, qr))
+        })?;
+        let qr = &quotient.1;
         let sizes: &[u64] = if n <= 64 << 20 { &[1, 2] } else { &[1] };
         for &f in sizes {
             let built = crate::dpdk::RteHash::build_sized(&all, (n * f) as usize, |i| {
@@ -585,21 +599,34 @@ fn size_cases(
                             c.chunks(bulk).map(|b| h.lookup_bulk(b) as u64).sum()
                         })
                     };
-                    let v = contest(ctx, &[&|| ours_t(t), &dp])?;
+                    let qt = || {
+                        measure(
+                            ctx.dur,
+                            &keys[..t],
+                            in_calls(ctx.batch, |k, o| qr.get_batch(k, o)),
+                        )
+                    };
+                    let v = contest(ctx, &[&|| ours_t(t), &dp, &qt])?;
+                    let peer_config = format!(
+                        "rte_hash_lookup_bulk_data, entries = {f} x keys{}",
+                        if h.ext_table {
+                            ", extendable buckets"
+                        } else {
+                            ""
+                        }
+                    );
                     rep.add(
                         base(v[0], t)
                             .param("peer_pages", "2M")
-                            .param(
-                                "peer_config",
-                                format!(
-                                    "rte_hash_lookup_bulk_data, entries = {f} x keys{}",
-                                    if h.ext_table {
-                                        ", extendable buckets"
-                                    } else {
-                                        ""
-                                    }
-                                ),
-                            )
+                            .param("peer_config", peer_config.clone())
+                            .peer("dpdk-rte_hash", v[1]),
+                    )?;
+                    rep.add(
+                        base(v[2], t)
+                            .param("layout", "quotient")
+                            .param("pages", q_pages.clone())
+                            .param("peer_pages", "2M")
+                            .param("peer_config", peer_config)
                             .peer("dpdk-rte_hash", v[1]),
                     )?;
                     if f == 1 {
