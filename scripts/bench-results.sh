@@ -54,6 +54,13 @@ features=()
 for n in "${names[@]}"; do
   [ -z "${FEATURES[$n]:-}" ] || features+=("${FEATURES[$n]}")
 done
+# DPDK's development package for the rte_hash peer, on a machine that lacks it (Debian).
+if [[ " ${features[*]} " == *" dpdk "* ]] && ! pkg-config --exists libdpdk 2>/dev/null; then
+  [ "$(id -u)" -eq 0 ] || { echo "$0: the dpdk peer needs libdpdk-dev (run as root to install it)" >&2; exit 1; }
+  echo "$0: installing libdpdk-dev for the rte_hash peer"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libdpdk-dev >/dev/null
+fi
 if [ ${#features[@]} -gt 0 ]; then
   cargo build --release --locked -p flowplane -p fp-bench --features "fp-bench/$(IFS=,; echo "${features[*]}")"
 else
