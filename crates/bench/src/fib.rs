@@ -840,29 +840,14 @@ fn updates_case(ctx: &Ctx, rep: &mut Report) -> Result<()> {
         // flowplane: the writer moves entries along cuckoo paths at 95 % load.
         let ((mut w, _), ours_pages) = measured(|| build_ours(ctx, n, PagePolicy::Auto))?;
         let r = w.reader();
-        let (ours, ours_rate) = with_writer(
-            rate,
-            n,
-            churn,
-            |i, insert| {
-                let k = key48(ctx.seed, i);
-                if insert {
-                    w.insert(k, value_of(i))
-                        .map(|_| ())
-                        .map_err(|e| anyhow::anyhow!("{e}"))
-                } else {
-                    w.remove(k);
-                    Ok(())
-                }
-            },
-            || {
+        let (ours, ours_rate) =
+            with_writer(rate, n, churn, churn_update(ctx.seed, &mut w), || {
                 measure(
                     ctx.dur,
                     &keys,
                     ours_batched(&r, ctx.batch, Prefetch::TwoRound),
                 )
-            },
-        )?;
+            })?;
         drop(r);
         drop(w);
         let ((m, _), dm_pages) = super::env::measure_pages(|| build_dashmap(ctx, n));
@@ -1094,27 +1079,22 @@ trait Churn {
     fn del(&mut self, key: u64);
 }
 
-impl Churn for fp_cuckoo::CompactWriter {
-    fn put(&mut self, key: u64, value: u16) -> Result<()> {
-        self.insert(key, value)
-            .map(|_| ())
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    }
-    fn del(&mut self, key: u64) {
-        self.remove(key);
-    }
+macro_rules! churn_for {
+    ($($w:ty),*) => {$(
+        impl Churn for $w {
+            fn put(&mut self, key: u64, value: u16) -> Result<()> {
+                self.insert(key, value)
+                    .map(|_| ())
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+            }
+            fn del(&mut self, key: u64) {
+                self.remove(key);
+            }
+        }
+    )*};
 }
 
-impl Churn for fp_cuckoo::QuotientWriter {
-    fn put(&mut self, key: u64, value: u16) -> Result<()> {
-        self.insert(key, value)
-            .map(|_| ())
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    }
-    fn del(&mut self, key: u64) {
-        self.remove(key);
-    }
-}
+churn_for!(fp_cuckoo::CompactWriter, fp_cuckoo::QuotientWriter);
 
 /// A writer's update for `with_writer`: key index `i` inserted with its value, or removed.
 fn churn_update(seed: u64, w: &mut impl Churn) -> impl FnMut(u64, bool) -> Result<()> + '_ {
