@@ -3,7 +3,9 @@
 //! * [`Compact`]: CuckooSwitch's layout. Key (up to 48 bits, e.g. a MAC address) and value (16 bits,
 //!   e.g. a port) pack into one 64-bit word: `key << 16 | (value + 1)`. A word whose low 16 bits are
 //!   zero is empty, so freshly mapped (zeroed) memory is an empty table and the value `u16::MAX` is
-//!   reserved. A bucket is 4 words = 32 bytes, half a cache line.
+//!   reserved. A bucket is 4 words = 32 bytes, half a cache line. The split is adjustable
+//!   ([`Compact::with_value_bits`]): a table whose values need fewer bits (a switch with few
+//!   ports) gives the rest to the key — 4-bit values leave 60 key bits, a 12-bit VLAN and a MAC.
 //! * [`General`]: any fixed-size key and value (a 13-byte IPv4 5-tuple or a 37-byte IPv6 5-tuple with
 //!   an 8-byte value). An entry is `W = ceil((1 + K + V) / 8)` words holding
 //!   `[key: K bytes][tag: 1 byte][value: V bytes]`, the value moved up to the next word boundary when
@@ -111,11 +113,50 @@ mod sealed {
     impl<K: super::FixedBytes, V: super::FixedBytes> Sealed for super::General<K, V> {}
 }
 
-/// CuckooSwitch's one-word layout: 48-bit keys, 16-bit values (`u16::MAX` reserved).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Compact;
+/// CuckooSwitch's one-word layout: by default 48-bit keys and 16-bit values (`u16::MAX`
+/// reserved); [`Compact::with_value_bits`] moves the split.
+#[derive(Clone, Copy, Debug)]
+pub struct Compact {
+    /// Bits of the word that hold `value + 1` (the rest hold the key).
+    vbits: u32,
+    /// `(1 << vbits) - 1`: the value field, and the one value it cannot hold.
+    vmask: u64,
+}
 
-/// Largest key the compact layout stores (48 bits).
+impl Default for Compact {
+    fn default() -> Compact {
+        Compact::split(16)
+    }
+}
+
+impl Compact {
+    /// The layout with `bits` (2..=16) of each word for the value and `64 - bits` for the key:
+    /// values up to `2^bits - 2`, keys up to `2^(64 - bits) - 1`.
+    pub fn split(bits: u32) -> Compact {
+        let vbits = bits.clamp(2, 16);
+        Compact {
+            vbits,
+            vmask: (1u64 << vbits) - 1,
+        }
+    }
+
+    /// Bits of the value.
+    pub fn value_bits(&self) -> u32 {
+        self.vbits
+    }
+
+    /// Largest key the layout stores.
+    pub fn max_key(&self) -> u64 {
+        u64::MAX >> self.vbits
+    }
+
+    /// Largest value the layout stores.
+    pub fn max_value(&self) -> u16 {
+        (self.vmask - 1) as u16
+    }
+}
+
+/// Largest key the default compact layout stores (48 bits).
 pub const COMPACT_MAX_KEY: u64 = (1 << 48) - 1;
 
 #[derive(Clone, Copy, Default)]
@@ -138,12 +179,12 @@ impl Layout for Compact {
 
     #[inline(always)]
     fn probe(&self, seed: u64, key: &u64) -> Option<CompactProbe> {
-        if *key > COMPACT_MAX_KEY {
+        if *key > self.max_key() {
             return None;
         }
         Some(CompactProbe {
             hash: fp_hash::hash_u64(seed, *key),
-            key_hi: key << 16,
+            key_hi: key << self.vbits,
         })
     }
 
@@ -155,22 +196,22 @@ impl Layout for Compact {
     #[inline(always)]
     fn matches(&self, slot: &[AtomicU64], p: &CompactProbe) -> Option<u64> {
         let w = slot[0].load(Relaxed);
-        // Same key bits and a non-zero (occupied) low half: d in 1..=0xFFFF.
+        // Same key bits and a non-zero (occupied) value field: d in 1..=vmask.
         let d = w ^ p.key_hi;
-        (d.wrapping_sub(1) < 0xFFFF).then_some(d)
+        (d.wrapping_sub(1) < self.vmask).then_some(d)
     }
 
     #[inline(always)]
     fn scan(&self, bucket: &[AtomicU64], p: &CompactProbe) -> (bool, u64) {
-        // All four slots, no early exit. A slot holds the key iff `w ^ key_hi` is in 1..=0xFFFF
-        // (same key bits, occupied), i.e. iff `(w ^ key_hi) - 1 < 0xFFFF`; the unsigned minimum of
-        // that over the bucket is below 0xFFFF iff some slot matches, and then it is that slot's
+        // All four slots, no early exit. A slot holds the key iff `w ^ key_hi` is in 1..=vmask
+        // (same key bits, occupied), i.e. iff `(w ^ key_hi) - 1 < vmask`; the unsigned minimum of
+        // that over the bucket is below vmask iff some slot matches, and then it is that slot's
         // value (at most one slot holds the key in a consistent read; an inconsistent one is
         // discarded by validation). Compiles to loads, xors and conditional moves.
         let b = &bucket[..crate::table::SLOTS];
         let m = |w: &AtomicU64| (w.load(Relaxed) ^ p.key_hi).wrapping_sub(1);
         let best = m(&b[0]).min(m(&b[1])).min(m(&b[2]).min(m(&b[3])));
-        (best < 0xFFFF, best.wrapping_add(1))
+        (best < self.vmask, best.wrapping_add(1))
     }
 
     #[inline(always)]
@@ -180,21 +221,21 @@ impl Layout for Compact {
 
     #[inline(always)]
     fn is_empty(&self, slot: &[AtomicU64]) -> bool {
-        slot[0].load(Relaxed) & 0xFFFF == 0
+        slot[0].load(Relaxed) & self.vmask == 0
     }
 
     #[inline(always)]
     fn slot_hash(&self, seed: u64, slot: &[AtomicU64]) -> u64 {
-        fp_hash::hash_u64(seed, slot[0].load(Relaxed) >> 16)
+        fp_hash::hash_u64(seed, slot[0].load(Relaxed) >> self.vbits)
     }
 
     fn slot_key(&self, slot: &[AtomicU64]) -> u64 {
-        slot[0].load(Relaxed) >> 16
+        slot[0].load(Relaxed) >> self.vbits
     }
 
     #[inline(always)]
     fn slot_raw(&self, slot: &[AtomicU64]) -> u64 {
-        slot[0].load(Relaxed) & 0xFFFF
+        slot[0].load(Relaxed) & self.vmask
     }
 
     #[inline(always)]
@@ -205,7 +246,7 @@ impl Layout for Compact {
         value: &u16,
         out: &mut [u64; MAX_WORDS],
     ) -> Result<(), crate::InsertError> {
-        if *value == u16::MAX {
+        if *value as u64 >= self.vmask {
             return Err(crate::InsertError::ReservedValue);
         }
         out[0] = p.key_hi | (*value as u64 + 1);

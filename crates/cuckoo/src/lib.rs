@@ -170,7 +170,8 @@ pub enum InsertError {
     /// The key does not fit the layout (compact keys are 48 bits).
     #[error("key wider than the layout stores")]
     KeyOutOfRange,
-    /// The value is reserved by the layout (compact: `u16::MAX`).
+    /// The value is reserved by the layout or beyond its width (compact: `u16::MAX`, or
+    /// `2^bits - 1` and above with [`Compact::with_value_bits`]).
     #[error("value reserved by the layout")]
     ReservedValue,
 }
@@ -334,7 +335,16 @@ fn build<L: Layout>(layout: L, cfg: &Config) -> Result<(Writer<L>, Reader<L>), E
 impl Compact {
     /// Build an empty compact table.
     pub fn new(cfg: &Config) -> Result<(CompactWriter, CompactReader), Error> {
-        build(Compact, cfg)
+        build(Compact::default(), cfg)
+    }
+
+    /// Build an empty compact table whose words hold `value_bits` (2..=16) bits of value and
+    /// `64 - value_bits` of key ([`Compact::split`]).
+    pub fn with_value_bits(
+        cfg: &Config,
+        value_bits: u32,
+    ) -> Result<(CompactWriter, CompactReader), Error> {
+        build(Compact::split(value_bits), cfg)
     }
 }
 

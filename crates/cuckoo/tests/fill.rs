@@ -206,3 +206,47 @@ fn placement_counts_entries_where_they_sit() {
         }
     );
 }
+
+#[test]
+fn compact_value_bits_move_the_split_between_key_and_value() {
+    // 4-bit values, 60-bit keys: a 12-bit VLAN above a 48-bit MAC.
+    let (mut w, r) =
+        CompactMap::with_value_bits(&Config::with_capacity(50_000).seed(9), 4).unwrap();
+    let key = |i: u64| (i % 4095 + 1) << 48 | fp_hash::splitmix64(i) & fp_cuckoo::COMPACT_MAX_KEY;
+    let mut n = 0u64;
+    while n < 47_000 {
+        assert_eq!(w.insert(key(n), (n % 15) as u16), Ok(None), "key #{n}");
+        n += 1;
+    }
+    // The same MAC under two VLANs is two entries.
+    let mac = 0x0200_0000_0001u64;
+    assert_eq!(w.insert(1 << 48 | mac, 3), Ok(None));
+    assert_eq!(w.insert(2 << 48 | mac, 4), Ok(None));
+    assert_eq!(
+        (r.get(1 << 48 | mac), r.get(2 << 48 | mac), r.get(mac)),
+        (Some(3), Some(4), None)
+    );
+    let keys: Vec<u64> = (0..n).map(key).collect();
+    let mut out = vec![None; keys.len()];
+    r.get_batch(&keys, &mut out);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(*o, Some((i as u64 % 15) as u16), "key #{i}");
+    }
+    // 15 = 2^4 - 1 does not fit the value field; a 61-bit key does not fit the key field.
+    assert_eq!(w.insert(7, 15), Err(InsertError::ReservedValue));
+    assert_eq!(w.insert(1 << 60, 1), Err(InsertError::KeyOutOfRange));
+    assert_eq!(r.get(1 << 60), None);
+    // Removals and updates see whole keys, not their low 48 bits.
+    assert_eq!(w.remove(1 << 48 | mac), Some(3));
+    assert_eq!(
+        (r.get(1 << 48 | mac), r.get(2 << 48 | mac)),
+        (None, Some(4))
+    );
+    let mut v: Vec<(u64, u16)> = Vec::new();
+    w.retain_range(0, w.buckets(), |&k, &val| {
+        v.push((k, val));
+        true
+    });
+    assert_eq!(v.len(), n as usize + 1);
+    assert!(v.contains(&(2 << 48 | mac, 4)));
+}

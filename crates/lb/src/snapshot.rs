@@ -15,8 +15,7 @@ use fp_wire::ethernet::MacAddr;
 use fp_wire::ip::IpProtocol;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The VIP maps: std's hash map with foldhash, a fast process-local hasher (these maps never leave
@@ -970,82 +969,7 @@ fn encap_for(
     }
 }
 
-/// The newest value of `T`, handed from one writer to many readers.
-#[derive(Debug)]
-pub struct Published<T> {
-    generation: AtomicU64,
-    current: Mutex<Arc<T>>,
-}
-
-impl<T> Published<T> {
-    /// Start with `value`.
-    pub fn new(value: Arc<T>) -> Published<T> {
-        Published {
-            generation: AtomicU64::new(1),
-            current: Mutex::new(value),
-        }
-    }
-
-    /// Replace the value. Readers pick it up at their next [`Cached::refresh`].
-    pub fn publish(&self, value: Arc<T>) {
-        let mut g = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        *g = value;
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// The current value.
-    pub fn load(&self) -> Arc<T> {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The publication counter (cheap; changes whenever the value does).
-    #[inline(always)]
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-}
-
-/// A reader's copy of a [`Published`] value.
-#[derive(Debug)]
-pub struct Cached<T> {
-    source: Arc<Published<T>>,
-    generation: u64,
-    value: Arc<T>,
-}
-
-impl<T> Cached<T> {
-    /// Follow `source`.
-    pub fn new(source: Arc<Published<T>>) -> Cached<T> {
-        let generation = source.generation();
-        let value = source.load();
-        Cached {
-            source,
-            generation,
-            value,
-        }
-    }
-
-    /// Pick up a newer value if one was published. One atomic load when nothing changed.
-    #[inline(always)]
-    pub fn refresh(&mut self) -> bool {
-        let g = self.source.generation();
-        if g == self.generation {
-            return false;
-        }
-        self.generation = g;
-        self.value = self.source.load();
-        true
-    }
-
-    /// The value this reader works with.
-    #[inline(always)]
-    pub fn get(&self) -> &Arc<T> {
-        &self.value
-    }
-}
+pub use fp_pipeline::published::{Cached, Published};
 
 #[cfg(test)]
 mod tests {

@@ -40,6 +40,7 @@
 
 pub mod craft;
 pub mod packet;
+pub mod published;
 pub mod stage;
 pub mod stats;
 pub mod steer;
