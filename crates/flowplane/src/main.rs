@@ -39,10 +39,10 @@ enum Command {
     /// af_packet|af_xdp] [--admin ADDR]`) or offline on a capture (`--config FILE --in IN.pcap
     /// --out OUT.pcap`).
     Run(fp_lb::cli::RunArgs),
-    /// Check a load-balancer configuration without running it (`--config FILE`): validates it as
-    /// `run` and a reload do, prints the plan (VIPs, pools with weights and health checks, Maglev
-    /// table digests, BGP announcements), exits non-zero naming the field on error. Use it before
-    /// a reload.
+    /// Check a load-balancer or switch configuration without running it (`--config FILE`):
+    /// validates it as a start and a reload do, prints the plan (VIPs, pools with weights and
+    /// health checks, Maglev table digests, BGP announcements; or the switch's ports, VLANs and
+    /// static entries), exits non-zero naming the field on error. Use it before a reload.
     Check(fp_lb::check::CheckArgs),
     /// The main job with an embedded default: the load balancer on generated traffic, with a report
     /// of packets per second, per-backend shares, connection-table hit rate and drops by reason.
@@ -85,7 +85,12 @@ fn main() -> std::process::ExitCode {
         Command::Bench { args } => bench(args),
         Command::Backend(a) => fp_lb::backend::run(a),
         Command::Run(a) => fp_lb::cli::run(a),
-        Command::Check(a) => fp_lb::check::run(a),
+        Command::Check(a) => match std::fs::read_to_string(&a.config) {
+            Ok(text) if fp_switch::config::is_switch_config(&text) => {
+                fp_switch::cli::check(&a.config, a.quiet)
+            }
+            _ => fp_lb::check::run(a),
+        },
         Command::Demo(a) => fp_lb::cli::demo(a),
         Command::Switch(a) => fp_switch::cli::run(a),
         Command::Flowlet(a) => fp_flowlet::cli::run(a),

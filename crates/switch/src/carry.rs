@@ -12,25 +12,33 @@
 //! written through a temporary file renamed into place. Layout, little-endian:
 //!
 //! ```text
-//! magic "FPFIB" 0x00 0x00 0x01 (8 bytes; another layout is refused: cold start)
+//! magic "FPFIB" 0x00 0x00 0x02 (8 bytes; version 1, without VLANs, is read as VLAN 0; another
+//!      layout is refused: cold start)
 //! u64  wall-clock ms when the switch stopped (the downtime is measured from it)
 //! u16  ports, then per port: u8 name length, the name's bytes
-//! u32  entries, then per entry: MAC 6 bytes | port u16 (index into the names) | idle ms u32
+//! u32  entries, then per entry: MAC 6 bytes | VLAN u16 (0: VLAN-unaware) | port u16 (index into
+//!      the names) | idle ms u32
 //! ```
+//!
+//! Entries keep their VLAN: a start whose VLAN settings no longer put the port in that VLAN
+//! drops them (counted with the ports gone).
 
 use fp_wire::ethernet::MacAddr;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-const MAGIC: [u8; 8] = *b"FPFIB\x00\x00\x01";
+const MAGIC: [u8; 8] = *b"FPFIB\x00\x00\x02";
+/// The layout before VLANs: entries without one.
+const MAGIC_V1: [u8; 8] = *b"FPFIB\x00\x00\x01";
 
 /// Learned entries of a stopped switch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Learned {
     /// The stopped switch's ports, by its port number.
     pub ports: Vec<String>,
-    /// (MAC, port number of `ports`, ms since the MAC was last seen when the switch stopped).
-    pub entries: Vec<(MacAddr, u16, u32)>,
+    /// (MAC, VLAN, port number of `ports`, ms since the MAC was last seen when the switch
+    /// stopped).
+    pub entries: Vec<(MacAddr, u16, u16, u32)>,
     /// Wall-clock ms (since the Unix epoch) when the switch stopped.
     pub stopped_ms: u64,
 }
@@ -44,7 +52,7 @@ pub struct Restored {
     pub read: u64,
     /// Entries back in the FIB.
     pub restored: u64,
-    /// Dropped: their port is not one of this start's ports.
+    /// Dropped: their port is not one of this start's ports, or not in their VLAN.
     pub port_gone: u64,
     /// Dropped: not seen for the aging time by the time they were read.
     pub aged: u64,
@@ -53,9 +61,9 @@ pub struct Restored {
 }
 
 impl Learned {
-    /// The entries mapped onto `ports` (this start's), each `(MAC, port, idle ns)` with the time
-    /// the switch was down, `gap_ms`, added; and how many name a port `ports` lacks.
-    pub fn onto(&self, ports: &[String], gap_ms: u64) -> (Vec<(MacAddr, u16, u64)>, u64) {
+    /// The entries mapped onto `ports` (this start's), each `(MAC, VLAN, port, idle ns)` with
+    /// the time the switch was down, `gap_ms`, added; and how many name a port `ports` lacks.
+    pub fn onto(&self, ports: &[String], gap_ms: u64) -> (Vec<(MacAddr, u16, u16, u64)>, u64) {
         let index: HashMap<&str, u16> = ports
             .iter()
             .enumerate()
@@ -63,13 +71,13 @@ impl Learned {
             .collect();
         let mut gone = 0;
         let mut out = Vec::with_capacity(self.entries.len());
-        for &(mac, port, idle_ms) in &self.entries {
+        for &(mac, vlan, port, idle_ms) in &self.entries {
             let to = self
                 .ports
                 .get(port as usize)
                 .and_then(|name| index.get(name.as_str()));
             match to {
-                Some(&p) => out.push((mac, p, (idle_ms as u64 + gap_ms) * 1_000_000)),
+                Some(&p) => out.push((mac, vlan, p, (idle_ms as u64 + gap_ms) * 1_000_000)),
                 None => gone += 1,
             }
         }
@@ -86,7 +94,7 @@ pub use fp_control::state::wall_ms;
 
 /// The file's bytes.
 pub fn encode(l: &Learned) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32 + l.entries.len() * 12);
+    let mut out = Vec::with_capacity(32 + l.entries.len() * 14);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&l.stopped_ms.to_le_bytes());
     out.extend_from_slice(&(l.ports.len() as u16).to_le_bytes());
@@ -96,8 +104,9 @@ pub fn encode(l: &Learned) -> Vec<u8> {
         out.extend_from_slice(name);
     }
     out.extend_from_slice(&(l.entries.len() as u32).to_le_bytes());
-    for &(mac, port, idle) in &l.entries {
+    for &(mac, vlan, port, idle) in &l.entries {
         out.extend_from_slice(&mac.octets());
+        out.extend_from_slice(&vlan.to_le_bytes());
         out.extend_from_slice(&port.to_le_bytes());
         out.extend_from_slice(&idle.to_le_bytes());
     }
@@ -107,9 +116,11 @@ pub fn encode(l: &Learned) -> Vec<u8> {
 /// Parse the file's bytes; `Err` says what is wrong.
 pub fn decode(b: &[u8]) -> Result<Learned, &'static str> {
     const BAD: &str = "truncated or damaged";
-    if b.len() < 18 || b[..8] != MAGIC {
+    if b.len() < 18 || (b[..8] != MAGIC && b[..8] != MAGIC_V1) {
         return Err("no flowplane learned-FIB header of this layout");
     }
+    // Version 1 entries have no VLAN.
+    let width = if b[..8] == MAGIC_V1 { 12 } else { 14 };
     let mut at = 8;
     let mut take = |n: usize| -> Result<&[u8], &'static str> {
         let s = b.get(at..at + n).ok_or(BAD)?;
@@ -125,14 +136,18 @@ pub fn decode(b: &[u8]) -> Result<Learned, &'static str> {
         ports.push(name.to_string());
     }
     let n = u32::from_le_bytes(take(4)?.try_into().map_err(|_| BAD)?) as usize;
-    let rest = take(n.checked_mul(12).ok_or(BAD)?)?;
+    let rest = take(n.checked_mul(width).ok_or(BAD)?)?;
     let entries = rest
-        .chunks_exact(12)
+        .chunks_exact(width)
         .map(|r| {
             let mac = MacAddr(r[..6].try_into().expect("6 bytes"));
-            let port = u16::from_le_bytes([r[6], r[7]]);
-            let idle = u32::from_le_bytes(r[8..12].try_into().expect("4 bytes"));
-            (mac, port, idle)
+            let (vlan, r) = match width {
+                12 => (0, &r[6..]),
+                _ => (u16::from_le_bytes([r[6], r[7]]), &r[8..]),
+            };
+            let port = u16::from_le_bytes([r[0], r[1]]);
+            let idle = u32::from_le_bytes(r[2..6].try_into().expect("4 bytes"));
+            (mac, vlan, port, idle)
         })
         .collect();
     if at != b.len() {
@@ -174,8 +189,8 @@ mod tests {
         Learned {
             ports: vec!["p0".into(), "p1".into(), "eth2".into()],
             entries: vec![
-                (MacAddr([2, 0, 0, 0, 0, 1]), 0, 5),
-                (MacAddr([2, 0, 0, 0, 0, 2]), 2, 70_000),
+                (MacAddr([2, 0, 0, 0, 0, 1]), 0, 0, 5),
+                (MacAddr([2, 0, 0, 0, 0, 2]), 20, 2, 70_000),
             ],
             stopped_ms: 1_700_000_000_000,
         }
@@ -193,8 +208,23 @@ mod tests {
         longer.push(0);
         assert!(decode(&longer).is_err());
         let mut other = b;
-        other[7] = 2;
+        other[7] = 3;
         assert!(decode(&other).is_err(), "another layout version");
+    }
+
+    #[test]
+    fn the_layout_before_vlans_is_read_as_vlan_0() {
+        let mut b = MAGIC_V1.to_vec();
+        b.extend_from_slice(&1_700_000_000_000u64.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&[2, b'p', b'0']);
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&[2, 0, 0, 0, 0, 9]);
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&250u32.to_le_bytes());
+        let l = decode(&b).unwrap();
+        assert_eq!(l.entries, vec![(MacAddr([2, 0, 0, 0, 0, 9]), 0, 0, 250)]);
+        assert_eq!(l.ports, vec!["p0".to_string()]);
     }
 
     #[test]
@@ -204,8 +234,8 @@ mod tests {
         let now = vec!["eth2".to_string(), "p0".to_string()];
         let (out, gone) = l.onto(&now, 100);
         assert_eq!(gone, 0);
-        assert_eq!(out[0], (MacAddr([2, 0, 0, 0, 0, 1]), 1, 105_000_000));
-        assert_eq!(out[1], (MacAddr([2, 0, 0, 0, 0, 2]), 0, 70_100_000_000));
+        assert_eq!(out[0], (MacAddr([2, 0, 0, 0, 0, 1]), 0, 1, 105_000_000));
+        assert_eq!(out[1], (MacAddr([2, 0, 0, 0, 0, 2]), 20, 0, 70_100_000_000));
         let (out, gone) = l.onto(&["p1".to_string(), "p9".to_string()], 0);
         assert_eq!((out.len(), gone), (0, 2));
     }

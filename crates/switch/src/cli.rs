@@ -8,11 +8,19 @@ use std::path::PathBuf;
 /// `flowplane switch --ports IF1,IF2,...`.
 #[derive(clap::Args, Debug)]
 pub struct SwitchArgs {
+    /// A configuration file (TOML: ports with their VLANs, static entries, settings; see
+    /// docs/switch-configuration.md) instead of the options below; SIGHUP or `POST /reload`
+    /// reads it again.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "ports", "statics", "fib", "aging_secs", "fib_capacity", "learn_queue", "fib_cache",
+        "gather", "no_trace", "state_dir"
+    ])]
+    pub config: Option<PathBuf>,
     /// The switch ports: interfaces, comma-separated; port index = position (0, 1, ...).
     #[arg(
         long,
         value_delimiter = ',',
-        required = true,
+        required_unless_present = "config",
         value_name = "IF1,IF2,..."
     )]
     pub ports: Vec<String>,
@@ -56,6 +64,10 @@ pub struct SwitchArgs {
 
 /// Run the switch until SIGTERM/SIGINT.
 pub fn run(a: SwitchArgs) -> Result<()> {
+    if let Some(path) = &a.config {
+        let cfg = SwitchConfig::from_file(path)?;
+        return crate::service::run(cfg, &a.live.options());
+    }
     let mut cfg = SwitchConfig::new(
         a.ports,
         a.aging_secs,
@@ -71,4 +83,14 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         cfg.state_dir = dir;
     }
     crate::service::run(cfg, &a.live.options())
+}
+
+/// `flowplane check --config FILE` for a switch's file: validate it as a start and a reload do,
+/// and print the plan unless `quiet`. The error names the file and the field.
+pub fn check(path: &std::path::Path, quiet: bool) -> Result<()> {
+    let cfg = SwitchConfig::from_file(path)?;
+    if !quiet {
+        print!("{}: valid\n{}", path.display(), cfg.describe());
+    }
+    Ok(())
 }

@@ -1,8 +1,14 @@
-//! The switch's settings, checked before anything is opened: ports, aging, static entries and
-//! the FIB preload files (text, or a binary format for the paper's very large tables). Every
-//! error names the option or the file line that is wrong.
+//! The switch's settings, checked before anything is opened: ports and their VLANs, aging,
+//! static entries and the FIB preload files (text, or a binary format for the paper's very large
+//! tables). They come from command-line options or from a TOML file ([`SwitchConfig::from_toml`],
+//! `flowplane switch --config FILE`), which a reload reads again. Every error names the option,
+//! the file's field (`port[1].trunk[0]`) or the FIB file's line that is wrong.
 
+use crate::controller::Static;
+use crate::vlan::{self, PortVlans};
 use fp_wire::ethernet::MacAddr;
+use serde::Deserialize;
+use std::collections::{BTreeSet, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +27,14 @@ pub enum ConfigError {
     /// A FIB file is wrong (`file`, and the entry or line where it matters).
     #[error("{}: {message}", file.display())]
     FibFile {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong, and where.
+        message: String,
+    },
+    /// A configuration file is wrong (`file`, and the field).
+    #[error("{}: {message}", file.display())]
+    File {
         /// The file.
         file: PathBuf,
         /// What is wrong, and where.
@@ -56,7 +70,11 @@ pub struct SwitchConfig {
     /// Learned entries not refreshed for this long are removed.
     pub aging: Duration,
     /// Static entries.
-    pub statics: Vec<(MacAddr, u16)>,
+    pub statics: Vec<Static>,
+    /// Each port's VLANs (`None`: the switch is VLAN-unaware).
+    pub vlans: Option<Vec<PortVlans>>,
+    /// The file the settings came from (what a reload reads again), if any.
+    pub file: Option<PathBuf>,
     /// Entries preloaded from a FIB file.
     pub preload: Vec<(MacAddr, u16)>,
     /// FIB capacity asked (at least the preload and the statics).
@@ -121,7 +139,7 @@ impl SwitchConfig {
         }
         let statics = statics
             .iter()
-            .map(|s| parse_static(s, &ports))
+            .map(|s| parse_static(s, &ports).map(|(mac, port)| Static { mac, vlan: 0, port }))
             .collect::<Result<Vec<_>, _>>()?;
         let preload = match fib {
             Some(p) => read_fib(p, nports)?,
@@ -133,6 +151,8 @@ impl SwitchConfig {
             ports,
             aging: Duration::from_secs_f64(aging_secs),
             statics,
+            vlans: None,
+            file: None,
             preload,
             fib_capacity,
             learn_queue,
@@ -163,6 +183,390 @@ impl SwitchConfig {
     pub fn aging_ns(&self) -> u64 {
         self.aging.as_nanos().min(u64::MAX as u128) as u64
     }
+
+    /// Read and check a configuration file ([`SwitchConfig::from_toml`]); errors name the file.
+    pub fn from_file(path: &Path) -> Result<SwitchConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        let mut cfg = SwitchConfig::from_toml(&text).map_err(|e| match e {
+            ConfigError::Invalid { .. } => ConfigError::File {
+                file: path.to_path_buf(),
+                message: e.to_string(),
+            },
+            other => other,
+        })?;
+        cfg.file = Some(path.to_path_buf());
+        Ok(cfg)
+    }
+
+    /// Check a configuration file's text:
+    ///
+    /// ```toml
+    /// [switch]                 # all optional; defaults as the command-line options'
+    /// aging_secs = 300
+    /// fib_capacity = 1048576
+    ///
+    /// [[port]]                 # one per port, in port order
+    /// interface = "veth1"
+    /// vlan = 10                # an access port of VLAN 10
+    ///
+    /// [[port]]
+    /// interface = "veth2"
+    /// trunk = [10, 20]         # a trunk: VLANs 10 and 20 tagged
+    /// native = 30              # and VLAN 30 untagged (optional)
+    ///
+    /// [[static]]
+    /// mac = "02:00:00:00:00:0b"
+    /// port = "veth1"           # interface or index
+    /// vlan = 10                # default: the port's untagged VLAN
+    /// ```
+    ///
+    /// A port without `vlan` or `trunk` is an access port of VLAN 1 when some other port has
+    /// VLAN settings; when none has, the switch is VLAN-unaware.
+    pub fn from_toml(text: &str) -> Result<SwitchConfig, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|s| format!(" (line {})", text[..s.start].lines().count().max(1)))
+                .unwrap_or_default();
+            invalid("configuration", format!("{}{at}", e.message()))
+        })?;
+        let sw = raw.switch.unwrap_or_default();
+        let ports: Vec<String> = raw.port.iter().map(|p| p.interface.clone()).collect();
+        for (i, p) in ports.iter().enumerate() {
+            if p.is_empty() {
+                return Err(invalid(format!("port[{i}].interface"), "is empty"));
+            }
+        }
+        let mut cfg = SwitchConfig::new(
+            ports.clone(),
+            sw.aging_secs.unwrap_or(300.0),
+            &[],
+            sw.fib.as_deref(),
+            sw.fib_capacity.unwrap_or(1 << 20),
+            sw.learn_queue.unwrap_or(4096),
+            sw.fib_cache.unwrap_or(0),
+            sw.trace.unwrap_or(true),
+        )
+        .map_err(|e| rename_option(e, "port", "switch"))?;
+        if let Some(g) = sw.gather {
+            cfg.set_gather(g)
+                .map_err(|e| rename_option(e, "", "switch"))?;
+        }
+        if let Some(d) = sw.state_dir {
+            cfg.state_dir = d;
+        }
+        let aware = raw
+            .port
+            .iter()
+            .any(|p| p.vlan.is_some() || p.trunk.is_some());
+        if aware {
+            let mut modes = Vec::with_capacity(ports.len());
+            for (i, p) in raw.port.iter().enumerate() {
+                modes.push(port_vlans(i, p)?);
+            }
+            let vids: BTreeSet<u16> = modes.iter().flat_map(PortVlans::members).collect();
+            let limit = ((1usize << vlan::fid_bits(ports.len())) - 1).min(vlan::MAX_VID as usize);
+            if vids.len() > limit {
+                return Err(invalid(
+                    "port",
+                    format!(
+                        "{} VLANs configured; a switch of {} ports has room for {limit} in its                          FIB key",
+                        vids.len(),
+                        ports.len()
+                    ),
+                ));
+            }
+            cfg.vlans = Some(modes);
+        } else if let Some(i) = raw.port.iter().position(|p| p.native.is_some()) {
+            return Err(invalid(format!("port[{i}].native"), "needs `trunk`"));
+        }
+        let mut seen = HashSet::new();
+        for (i, st) in raw.statics.iter().enumerate() {
+            let field = |f: &str| format!("static[{i}].{f}");
+            let mac: MacAddr = st
+                .mac
+                .parse()
+                .map_err(|_| invalid(field("mac"), format!("{:?} is not a MAC address", st.mac)))?;
+            if mac.is_multicast() {
+                return Err(invalid(
+                    field("mac"),
+                    format!("{mac} is a group (multicast) address; those are always flooded"),
+                ));
+            }
+            let port = match &st.port {
+                PortRef::Index(n) => *n,
+                PortRef::Name(n) => ports.iter().position(|x| x == n).ok_or_else(|| {
+                    invalid(field("port"), format!("{n:?} is not one of the ports"))
+                })?,
+            };
+            if port >= ports.len() {
+                return Err(invalid(
+                    field("port"),
+                    format!(
+                        "port {port} does not exist (the switch has {} ports)",
+                        ports.len()
+                    ),
+                ));
+            }
+            let vlan = match (&cfg.vlans, st.vlan) {
+                (None, None) => 0,
+                (None, Some(_)) => {
+                    return Err(invalid(field("vlan"), "the switch has no VLAN settings"))
+                }
+                (Some(m), v) => {
+                    let mode = &m[port];
+                    let v = v.or(mode.untagged()).ok_or_else(|| {
+                        invalid(
+                            field("vlan"),
+                            format!("port {} has no untagged VLAN: say which", ports[port]),
+                        )
+                    })?;
+                    if !mode.members().contains(&v) {
+                        return Err(invalid(
+                            field("vlan"),
+                            format!("port {} ({mode}) is not in VLAN {v}", ports[port]),
+                        ));
+                    }
+                    v
+                }
+            };
+            if !seen.insert((vlan, mac)) {
+                return Err(invalid(
+                    field("mac"),
+                    format!("{mac} in VLAN {vlan} has a static entry already"),
+                ));
+            }
+            cfg.statics.push(Static {
+                mac,
+                vlan,
+                port: port as u16,
+            });
+        }
+        if let (Some(m), false) = (&cfg.vlans, cfg.preload.is_empty()) {
+            if let Some(&(mac, p)) = cfg
+                .preload
+                .iter()
+                .find(|e| m[e.1 as usize].untagged().is_none())
+            {
+                return Err(invalid(
+                    "switch.fib",
+                    format!("entry {mac} names port {p}, which has no untagged VLAN to put it in"),
+                ));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// What the switch will do with these settings, for `flowplane check`.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "switch: {} ports, aging {:?}, FIB capacity {}, learn queue {}, FIB cache {}, gather \
+             {}, tracer {}",
+            self.ports.len(),
+            self.aging,
+            self.fib_capacity,
+            self.learn_queue,
+            self.fib_cache,
+            self.gather,
+            if self.trace { "on" } else { "off" }
+        );
+        for (i, p) in self.ports.iter().enumerate() {
+            match &self.vlans {
+                Some(m) => {
+                    let _ = writeln!(s, "port {i}: {p} ({})", m[i]);
+                }
+                None => {
+                    let _ = writeln!(s, "port {i}: {p}");
+                }
+            }
+        }
+        match &self.vlans {
+            Some(m) => {
+                let vids: BTreeSet<u16> = m.iter().flat_map(PortVlans::members).collect();
+                for v in vids {
+                    let members: Vec<String> = m
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, x)| x.members().contains(&v))
+                        .map(|(i, x)| {
+                            let tag = if x.untagged() == Some(v) {
+                                "untagged"
+                            } else {
+                                "tagged"
+                            };
+                            format!("{} {tag}", self.ports[i])
+                        })
+                        .collect();
+                    let _ = writeln!(s, "vlan {v}: {}", members.join(", "));
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "vlans: none (VLAN-unaware: frames switched by MAC alone)"
+                );
+            }
+        }
+        for st in &self.statics {
+            let _ = writeln!(
+                s,
+                "static {} vlan {} -> port {} ({})",
+                st.mac, st.vlan, st.port, self.ports[st.port as usize]
+            );
+        }
+        if !self.preload.is_empty() {
+            let _ = writeln!(s, "preload: {} entries", self.preload.len());
+        }
+        s
+    }
+
+    /// What a reload may not change (they shape the FIB and the workers at start), named as
+    /// the file's field: `Err` with the first that differs.
+    pub fn fixed_differs(&self, new: &SwitchConfig) -> Option<&'static str> {
+        if self.ports != new.ports {
+            Some("port (the ports and their order)")
+        } else if self.fib_capacity != new.fib_capacity {
+            Some("switch.fib_capacity")
+        } else if self.learn_queue != new.learn_queue {
+            Some("switch.learn_queue")
+        } else if self.fib_cache != new.fib_cache {
+            Some("switch.fib_cache")
+        } else if self.gather != new.gather {
+            Some("switch.gather")
+        } else if self.trace != new.trace {
+            Some("switch.trace")
+        } else if self.state_dir != new.state_dir {
+            Some("switch.state_dir")
+        } else if self.preload != new.preload {
+            Some("switch.fib")
+        } else {
+            None
+        }
+    }
+}
+
+/// A command-line option's error renamed to the file's field.
+fn rename_option(e: ConfigError, ports: &str, section: &str) -> ConfigError {
+    match e {
+        ConfigError::Invalid { option, message } => {
+            let name = option.trim_start_matches("--").replace('-', "_");
+            let option = if name == "ports" && !ports.is_empty() {
+                ports.to_string()
+            } else {
+                format!("{section}.{name}")
+            };
+            ConfigError::Invalid { option, message }
+        }
+        other => other,
+    }
+}
+
+fn port_vlans(i: usize, p: &RawPort) -> Result<PortVlans, ConfigError> {
+    let field = |f: &str| format!("port[{i}].{f}");
+    let vid = |f: String, v: u16| {
+        if (1..=vlan::MAX_VID).contains(&v) {
+            Ok(v)
+        } else {
+            Err(invalid(f, format!("{v} is not a VLAN id (1..=4094)")))
+        }
+    };
+    match (p.vlan, &p.trunk, p.native) {
+        (Some(_), Some(_), _) => Err(invalid(
+            field("trunk"),
+            "a port is an access port (`vlan`) or a trunk (`trunk`), not both",
+        )),
+        (Some(_), None, Some(_)) | (None, None, Some(_)) => {
+            Err(invalid(field("native"), "needs `trunk`"))
+        }
+        (Some(v), None, None) => Ok(PortVlans::Access(vid(field("vlan"), v)?)),
+        (None, None, None) => Ok(PortVlans::Access(1)),
+        (None, Some(list), native) => {
+            let mut allowed = Vec::with_capacity(list.len());
+            for (j, &v) in list.iter().enumerate() {
+                let v = vid(format!("port[{i}].trunk[{j}]"), v)?;
+                if allowed.contains(&v) {
+                    return Err(invalid(
+                        format!("port[{i}].trunk[{j}]"),
+                        format!("VLAN {v} is listed twice"),
+                    ));
+                }
+                allowed.push(v);
+            }
+            let native = native.map(|v| vid(field("native"), v)).transpose()?;
+            if allowed.is_empty() && native.is_none() {
+                return Err(invalid(field("trunk"), "a trunk needs at least one VLAN"));
+            }
+            if let Some(n) = native.filter(|n| allowed.contains(n)) {
+                return Err(invalid(
+                    field("native"),
+                    format!("VLAN {n} is both native (untagged) and in `trunk` (tagged)"),
+                ));
+            }
+            allowed.sort_unstable();
+            Ok(PortVlans::Trunk { allowed, native })
+        }
+    }
+}
+
+/// Whether a configuration file's text is a switch's (it has `[switch]` or `[[port]]`), as
+/// opposed to a load balancer's.
+pub fn is_switch_config(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text)
+        .map(|t| t.contains_key("switch") || t.contains_key("port"))
+        .unwrap_or(false)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSwitch {
+    aging_secs: Option<f64>,
+    fib: Option<PathBuf>,
+    fib_capacity: Option<usize>,
+    learn_queue: Option<usize>,
+    fib_cache: Option<usize>,
+    gather: Option<usize>,
+    trace: Option<bool>,
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    interface: String,
+    vlan: Option<u16>,
+    trunk: Option<Vec<u16>>,
+    native: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PortRef {
+    Index(usize),
+    Name(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStatic {
+    mac: String,
+    port: PortRef,
+    vlan: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    switch: Option<RawSwitch>,
+    #[serde(default)]
+    port: Vec<RawPort>,
+    #[serde(default, rename = "static")]
+    statics: Vec<RawStatic>,
 }
 
 /// `MAC=PORT` with PORT an index or one of `ports`.
@@ -376,6 +780,158 @@ mod tests {
             let e = SwitchConfig::new(p, aging, &[], None, 10, q, 0, true).unwrap_err();
             assert!(e.to_string().starts_with(want), "{e}");
         }
+    }
+
+    const FILE: &str = r#"
+        [switch]
+        aging_secs = 60
+        [[port]]
+        interface = "h1"
+        vlan = 10
+        [[port]]
+        interface = "h2"
+        vlan = 20
+        [[port]]
+        interface = "up"
+        trunk = [20, 10]
+        native = 30
+        [[port]]
+        interface = "spare"
+        [[static]]
+        mac = "02:00:00:00:00:0b"
+        port = "up"
+        vlan = 20
+        [[static]]
+        mac = "02:00:00:00:00:0b"
+        port = 0
+    "#;
+
+    #[test]
+    fn a_configuration_file_gives_ports_vlans_and_statics() {
+        let c = SwitchConfig::from_toml(FILE).unwrap();
+        assert_eq!(c.ports, ["h1", "h2", "up", "spare"]);
+        assert_eq!(c.aging, Duration::from_secs(60));
+        assert_eq!(
+            c.vlans.as_deref().unwrap(),
+            [
+                PortVlans::Access(10),
+                PortVlans::Access(20),
+                PortVlans::Trunk {
+                    allowed: vec![10, 20],
+                    native: Some(30)
+                },
+                PortVlans::Access(1),
+            ]
+        );
+        let b = MacAddr::from_u64(0x0200_0000_000b);
+        assert_eq!(
+            c.statics,
+            [
+                Static {
+                    mac: b,
+                    vlan: 20,
+                    port: 2
+                },
+                Static {
+                    mac: b,
+                    vlan: 10,
+                    port: 0
+                }
+            ]
+        );
+        let d = c.describe();
+        assert!(d.contains("vlan 20: h2 untagged, up tagged"), "{d}");
+        assert!(d.contains("port 2: up (trunk [10,20] native 30)"), "{d}");
+        // Without VLAN settings: VLAN-unaware.
+        let u =
+            SwitchConfig::from_toml("[[port]]\ninterface = \"a\"\n[[port]]\ninterface = \"b\"\n")
+                .unwrap();
+        assert!(u.vlans.is_none());
+        assert!(is_switch_config(FILE));
+        assert!(!is_switch_config("[balancer]\naddress = \"10.0.0.1\"\n"));
+    }
+
+    #[test]
+    fn configuration_errors_name_the_field() {
+        for (from, to, want) in [
+            (
+                "vlan = 20\n",
+                "vlan = 4095\n",
+                "port[1].vlan: 4095 is not a VLAN id",
+            ),
+            (
+                "trunk = [20, 10]",
+                "trunk = [20, 20]",
+                "port[2].trunk[1]: VLAN 20 is listed twice",
+            ),
+            (
+                "native = 30",
+                "native = 10",
+                "port[2].native: VLAN 10 is both native",
+            ),
+            (
+                "vlan = 10\n",
+                "vlan = 10\n        trunk = [5]\n",
+                "port[0].trunk: a port is an access",
+            ),
+            (
+                "port = \"up\"",
+                "port = \"nope\"",
+                "static[0].port: \"nope\" is not one of the ports",
+            ),
+            (
+                "port = 0",
+                "port = 9",
+                "static[1].port: port 9 does not exist",
+            ),
+            (
+                "vlan = 20\n        [[static]]",
+                "vlan = 40\n        [[static]]",
+                "static[0].vlan: port up",
+            ),
+            ("aging_secs = 60", "aging_secs = -1", "switch.aging_secs"),
+            (
+                "aging_secs = 60",
+                "agin_secs = 60",
+                "configuration: unknown field `agin_secs`",
+            ),
+            (
+                "aging_secs = 60",
+                "aging_secs = 60\ngather = 0",
+                "switch.gather",
+            ),
+            (
+                "interface = \"spare\"",
+                "interface = \"h1\"",
+                "port: \"h1\" is listed twice",
+            ),
+        ] {
+            assert!(FILE.contains(from), "{from}");
+            let text = FILE.replacen(from, to, 1);
+            let e = SwitchConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{want:?}: got {e:?}");
+        }
+        // A static entry on a trunk without an untagged VLAN must say which VLAN.
+        let text = FILE
+            .replace("native = 30\n", "")
+            .replace("port = \"up\"\n        vlan = 20", "port = \"up\"");
+        let e = SwitchConfig::from_toml(&text).unwrap_err().to_string();
+        assert!(
+            e.starts_with("static[0].vlan: port up has no untagged VLAN"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_reload_may_not_change_what_shapes_the_fib() {
+        let a = SwitchConfig::from_toml(FILE).unwrap();
+        let same = SwitchConfig::from_toml(&FILE.replace("vlan = 20\n", "vlan = 30\n")).unwrap();
+        assert_eq!(a.fixed_differs(&same), None, "VLANs may change");
+        let b = SwitchConfig::from_toml(&FILE.replace("aging_secs = 60", "fib_capacity = 9999"))
+            .unwrap();
+        assert_eq!(a.fixed_differs(&b), Some("switch.fib_capacity"));
+        let c = SwitchConfig::from_toml(&FILE.replace("\"spare\"", "\"other\"")).unwrap();
+        assert!(a.fixed_differs(&c).unwrap().starts_with("port"));
     }
 
     #[test]

@@ -63,3 +63,4 @@ pub mod controller;
 pub mod metrics;
 pub mod service;
 pub mod stage;
+pub mod vlan;

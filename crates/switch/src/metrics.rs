@@ -8,12 +8,9 @@ use crate::stage::SwitchRecord;
 use fp_control::json;
 use fp_control::metrics::{Exposition, Kind};
 use fp_control::trace::Record;
-use fp_cuckoo::CompactReader;
 use fp_service::View;
-use fp_wire::ethernet::MacAddr;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 impl Record for SwitchRecord {
     fn write_json(&self, s: &mut String) {
@@ -25,9 +22,10 @@ impl Record for SwitchRecord {
         json::push_str(s, &self.in_interface);
         let _ = write!(
             s,
-            ",\"src\":\"{}\",\"dst\":\"{}\",\"fib\":{},\"decision\":\"{}\",\"out_ports\":{:?},\"out_interfaces\":[",
+            ",\"src\":\"{}\",\"dst\":\"{}\",\"vlan\":{},\"fib\":{},\"decision\":\"{}\",\"out_ports\":{:?},\"out_interfaces\":[",
             self.src,
             self.dst,
+            self.vlan.map_or("null".to_string(), |v| v.to_string()),
             self.fib.map_or("null".to_string(), |p| p.to_string()),
             self.decision,
             self.out.iter().map(|o| o.0).collect::<Vec<_>>()
@@ -47,11 +45,8 @@ pub struct SwitchView {
     pub(crate) names: Arc<Vec<String>>,
     pub(crate) workers: Vec<WorkerCounters>,
     pub(crate) published: Arc<Mutex<Published>>,
-    pub(crate) fib: CompactReader,
-    pub(crate) statics: Vec<(MacAddr, u16)>,
     pub(crate) preloaded: usize,
     pub(crate) fib_capacity: usize,
-    pub(crate) aging: Duration,
     pub(crate) learn_queue: usize,
     /// How this start went with the previous run's learned entries.
     pub(crate) restored: crate::carry::Restored,
@@ -59,7 +54,10 @@ pub struct SwitchView {
 
 impl SwitchView {
     fn published(&self) -> Published {
-        *self.published.lock().unwrap_or_else(|e| e.into_inner())
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -124,6 +122,53 @@ impl View for SwitchView {
         );
         let p = self.published();
         let (st, fib) = (p.writer, p.fib);
+        if let Some(modes) = &p.vlans {
+            let vids: std::collections::BTreeSet<u16> = modes
+                .iter()
+                .flat_map(crate::vlan::PortVlans::members)
+                .collect();
+            let learned = |v: u16| {
+                p.learned_per_vlan
+                    .iter()
+                    .find(|e| e.0 == v)
+                    .map_or(0, |e| e.1)
+            };
+            for (name, kind, help) in [
+                (
+                    "flowplane_switch_vlan_frames_total",
+                    Kind::Counter,
+                    "Frames received in the VLAN.",
+                ),
+                (
+                    "flowplane_switch_vlan_flooded_frames_total",
+                    Kind::Counter,
+                    "Frames flooded in the VLAN (unknown unicast, broadcast, multicast).",
+                ),
+                (
+                    "flowplane_switch_vlan_learned_entries",
+                    Kind::Gauge,
+                    "Learned FIB entries in the VLAN.",
+                ),
+            ] {
+                e.family(name, kind, help);
+                for &v in &vids {
+                    let x = match name {
+                        "flowplane_switch_vlan_frames_total" => self
+                            .workers
+                            .iter()
+                            .map(|w| w.vlans.rx[v as usize].get())
+                            .sum(),
+                        "flowplane_switch_vlan_flooded_frames_total" => self
+                            .workers
+                            .iter()
+                            .map(|w| w.vlans.flooded[v as usize].get())
+                            .sum(),
+                        _ => learned(v),
+                    };
+                    e.sample(name, &[("vlan", &v.to_string())], x);
+                }
+            }
+        }
         for (name, help, v) in [
             (
                 "flowplane_switch_fib_learned_total",
@@ -150,6 +195,16 @@ impl View for SwitchView {
                 "Learn events that found the FIB full (the MAC stays unknown and is flooded).",
                 st.fib_full,
             ),
+            (
+                "flowplane_switch_fib_stale_learn_total",
+                "Learn events for a VLAN or port a reload had changed meanwhile (ignored).",
+                st.stale,
+            ),
+            (
+                "flowplane_switch_fib_flushed_total",
+                "Learned entries removed by reloads (their VLAN gone, or their port left it).",
+                st.flushed,
+            ),
         ] {
             e.single(name, Kind::Counter, help, v);
         }
@@ -171,8 +226,8 @@ impl View for SwitchView {
             ),
             (
                 "flowplane_switch_static_entries",
-                "Static entries from --static.",
-                self.statics.len() as u64,
+                "Static entries (--static, or the configuration file's).",
+                p.statics.len() as u64,
             ),
             (
                 "flowplane_switch_preloaded_entries",
@@ -182,7 +237,12 @@ impl View for SwitchView {
             (
                 "flowplane_switch_aging_seconds",
                 "Aging time of learned entries.",
-                self.aging.as_secs(),
+                p.aging.as_secs(),
+            ),
+            (
+                "flowplane_switch_config_generation",
+                "Configuration generation: 1 at start, one more per reload applied.",
+                p.generation,
             ),
             (
                 "flowplane_switch_learn_queue_capacity",
@@ -232,14 +292,35 @@ impl View for SwitchView {
     }
 
     fn status(&self, s: &mut String) {
+        let p = self.published();
         for (i, n) in self.names.iter().enumerate() {
-            let _ = writeln!(s, "port {i}: {n}");
+            match p.vlans.as_ref().map(|m| &m[i]) {
+                Some(m) => {
+                    let _ = writeln!(s, "port {i}: {n} ({m})");
+                }
+                None => {
+                    let _ = writeln!(s, "port {i}: {n}");
+                }
+            }
         }
-        let fib = self.published().fib;
+        if p.vlans.is_none() {
+            let _ = writeln!(
+                s,
+                "vlans: none (VLAN-unaware: frames switched by MAC alone)"
+            );
+        }
+        let fib = p.fib;
         let _ = writeln!(
             s,
-            "fib: {} entries of {} slots (capacity asked {}), {} pages; aging {:?}; learn queue {}",
-            fib.len, fib.slots, self.fib_capacity, fib.pages, self.aging, self.learn_queue
+            "fib: {} entries of {} slots (capacity asked {}), {} pages; aging {:?}; learn queue {}; \
+             configuration generation {}",
+            fib.len,
+            fib.slots,
+            self.fib_capacity,
+            fib.pages,
+            p.aging,
+            self.learn_queue,
+            p.generation
         );
         let r = &self.restored;
         match &r.cold_reason {
@@ -255,12 +336,15 @@ impl View for SwitchView {
                 );
             }
         }
-        for &(m, p) in &self.statics {
+        for st in &p.statics {
+            let vlan = match p.vlans {
+                Some(_) => format!(" vlan {}", st.vlan),
+                None => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "static {m} -> port {p} ({}); fib says {:?}",
-                self.names[p as usize],
-                self.fib.get(m.to_u64())
+                "static {}{vlan} -> port {} ({})",
+                st.mac, st.port, self.names[st.port as usize],
             );
         }
     }

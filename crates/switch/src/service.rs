@@ -9,9 +9,10 @@
 
 use crate::carry::{self, Learned, Restored};
 use crate::config::SwitchConfig;
-use crate::controller::{learn_queue, ControlStats, SwitchControl};
+use crate::controller::{learn_queue, ControlStats, Static, SwitchControl};
 use crate::metrics::SwitchView;
-use crate::stage::{Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker};
+use crate::stage::{Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker, VlanCounters};
+use crate::vlan::PortVlans;
 use anyhow::{Context as _, Result};
 use fp_control::log;
 use fp_cuckoo::{CompactMap, CompactReader, Config};
@@ -36,11 +37,21 @@ fn fib_config(capacity: usize) -> Config {
     Config::with_capacity(capacity).seed(fp_control::seed::random_seed())
 }
 
-/// What the FIB writer publishes for the admin server after each tick.
-#[derive(Clone, Copy, Debug)]
+/// What the FIB writer publishes for the admin server after each tick and reload.
+#[derive(Clone, Debug)]
 pub(crate) struct Published {
     pub(crate) writer: ControlStats,
     pub(crate) fib: fp_cuckoo::Stats,
+    /// The static entries in force.
+    pub(crate) statics: Vec<Static>,
+    /// Each port's VLANs (none: VLAN-unaware).
+    pub(crate) vlans: Option<Vec<PortVlans>>,
+    /// Learned entries per VLAN.
+    pub(crate) learned_per_vlan: Vec<(u16, u64)>,
+    /// The aging time in force.
+    pub(crate) aging: Duration,
+    /// Configuration generation: 1 at start, one more per reload applied.
+    pub(crate) generation: u64,
 }
 
 /// What a worker shares with the metrics reader.
@@ -48,6 +59,7 @@ pub(crate) struct Published {
 pub(crate) struct WorkerCounters {
     pub(crate) switch: Arc<SwitchStats>,
     pub(crate) flooded: Arc<[Counter]>,
+    pub(crate) vlans: Arc<VlanCounters>,
 }
 
 /// The switch on the runner.
@@ -63,6 +75,7 @@ pub struct SwitchService {
     last_age: Instant,
     /// How this start went: learned entries of the previous run restored, or why not.
     restored: Restored,
+    generation: u64,
 }
 
 /// Put back the learned entries the previous run left in the state directory (`crate::carry`),
@@ -84,12 +97,12 @@ fn restore_learned(ctl: &mut SwitchControl, cfg: &SwitchConfig) -> Restored {
     };
     let gap_ms = carry::wall_ms().saturating_sub(learned.stopped_ms);
     let (entries, port_gone) = learned.onto(&cfg.ports, gap_ms);
-    let (restored, aged, full) = ctl.restore(&entries, fp_engine::sys::monotonic_ns());
+    let (restored, aged, full, vlan_gone) = ctl.restore(&entries, fp_engine::sys::monotonic_ns());
     let r = Restored {
         cold_reason: None,
         read: learned.entries.len() as u64,
         restored,
-        port_gone,
+        port_gone: port_gone + vlan_gone,
         aged,
         full,
     };
@@ -110,10 +123,15 @@ impl SwitchService {
     /// Build the FIB (preload and statics) and its writer.
     pub fn new(cfg: SwitchConfig) -> Result<SwitchService> {
         let capacity = cfg.fib_capacity;
-        let (fw, fr) = CompactMap::new(&fib_config(capacity))
-            .with_context(|| format!("building a FIB of {capacity} entries"))?;
+        let nports = cfg.ports.len();
+        // The port takes the value bits it needs; the rest of the word holds (FID, MAC).
+        let (fw, fr) =
+            CompactMap::with_value_bits(&fib_config(capacity), crate::vlan::value_bits(nports))
+                .with_context(|| format!("building a FIB of {capacity} entries"))?;
         let (ltx, lrx) = learn_queue(cfg.learn_queue);
         let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
+        ctl.set_vlans(nports, cfg.vlans.clone())
+            .map_err(|e| anyhow::anyhow!("port VLANs: {e}"))?;
         let t = Instant::now();
         ctl.load(&cfg.preload, &cfg.statics)?;
         let restored = restore_learned(&mut ctl, &cfg);
@@ -128,6 +146,11 @@ impl SwitchService {
         let published = Arc::new(Mutex::new(Published {
             writer: ctl.stats(),
             fib: ctl.fib_stats(),
+            statics: ctl.statics(),
+            vlans: cfg.vlans.clone(),
+            learned_per_vlan: ctl.learned_per_vlan(),
+            aging: cfg.aging,
+            generation: 1,
         }));
         let age_every = (cfg.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Ok(SwitchService {
@@ -141,6 +164,7 @@ impl SwitchService {
             age_every,
             last_age: Instant::now(),
             restored,
+            generation: 1,
         })
     }
 
@@ -148,8 +172,37 @@ impl SwitchService {
         let p = Published {
             writer: self.ctl.stats(),
             fib: self.ctl.fib_stats(),
+            statics: self.ctl.statics(),
+            vlans: self.cfg.vlans.clone(),
+            learned_per_vlan: self.ctl.learned_per_vlan(),
+            aging: self.cfg.aging,
+            generation: self.generation,
         };
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    /// Apply a new configuration: VLANs (learned entries that stay valid are kept), static
+    /// entries, aging. What shapes the FIB and the workers at start may not change. Nothing is
+    /// applied when it fails.
+    fn apply(&mut self, new: SwitchConfig) -> Result<usize> {
+        if let Some(field) = self.cfg.fixed_differs(&new) {
+            anyhow::bail!("{field}: changes only with a restart");
+        }
+        // Statics resolve under the new VLANs: check them first against a dry plan.
+        let flushed = self
+            .ctl
+            .set_vlans(new.ports.len(), new.vlans.clone())
+            .map_err(|e| anyhow::anyhow!("port: {e}"))?;
+        if let Err(e) = self.ctl.set_statics(&new.statics) {
+            // The FIB is full (validation resolved every VLAN): say so; what fit stays.
+            anyhow::bail!("static: {e}");
+        }
+        self.ctl.set_aging(new.aging_ns());
+        self.age_every = (new.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let preload = std::mem::take(&mut self.cfg.preload);
+        self.cfg = new;
+        self.cfg.preload = preload;
+        Ok(flushed)
     }
 }
 
@@ -192,6 +245,7 @@ impl Service for SwitchService {
             self.cfg.aging_ns(),
         );
         sw.set_gather(self.cfg.gather);
+        sw.set_vlans(self.ctl.vlan_plan());
         if self.cfg.fib_cache > 0 {
             sw.set_cache(self.cfg.fib_cache, self.ctl.epoch(), 0x5eed ^ w as u64)
                 .context("the FIB cache")?;
@@ -204,6 +258,7 @@ impl Service for SwitchService {
         self.workers.push(WorkerCounters {
             switch: stage.stats().clone(),
             flooded: stage.flooded(),
+            vlans: stage.vlan_counters(),
         });
         Ok(stage)
     }
@@ -213,11 +268,8 @@ impl Service for SwitchService {
             names: self.names.clone(),
             workers: self.workers.clone(),
             published: self.published.clone(),
-            fib: self.fib.clone(),
-            statics: self.cfg.statics.clone(),
             preloaded: self.cfg.preload.len(),
             fib_capacity: self.cfg.fib_capacity,
-            aging: self.cfg.aging,
             learn_queue: self.cfg.learn_queue,
             restored: self.restored.clone(),
         })
@@ -227,6 +279,37 @@ impl Service for SwitchService {
         // The preload is in the FIB now; its list is no longer needed.
         self.cfg.preload = Vec::new();
         Ok(())
+    }
+
+    /// Read the configuration file again and apply it ([`SwitchService::apply`]).
+    fn reload(&mut self, _cx: &mut Context<'_>) -> Result<u64> {
+        let Some(path) = self.cfg.file.clone() else {
+            anyhow::bail!(
+                "the switch runs with command-line settings; start it with --config FILE to reload"
+            );
+        };
+        let r = SwitchConfig::from_file(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|new| self.apply(new));
+        match r {
+            Ok(flushed) => {
+                self.generation += 1;
+                log(format_args!(
+                    "reload of {}: committed, generation {}; {flushed} learned entries no longer                      valid removed",
+                    path.display(),
+                    self.generation
+                ));
+                self.publish();
+                Ok(self.generation)
+            }
+            Err(e) => {
+                log(format_args!(
+                    "reload of {} rejected, the running configuration stays: {e:#}",
+                    path.display()
+                ));
+                Err(e)
+            }
+        }
     }
 
     fn ready_status(&self) -> String {
@@ -270,7 +353,7 @@ impl Service for SwitchService {
                 .ctl
                 .learned(fp_engine::sys::monotonic_ns())
                 .into_iter()
-                .map(|(m, p, idle)| (m, p, (idle / 1_000_000).min(u32::MAX as u64) as u32))
+                .map(|(m, v, p, idle)| (m, v, p, (idle / 1_000_000).min(u32::MAX as u64) as u32))
                 .collect(),
             stopped_ms: carry::wall_ms(),
         };

@@ -19,9 +19,11 @@
 //! by learning and never age.
 
 use crate::controller::FibEpoch;
+use crate::vlan::{self, VlanDrop, VlanPlan};
 use fp_cuckoo::{CompactReader, Prefetch};
 use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
+use fp_pipeline::published::{Cached, Published};
 use fp_pipeline::stage::{Outputs, Stage};
 use fp_pipeline::stats::Counter;
 use fp_pipeline::trace::{probe_id, ProbeSender};
@@ -29,8 +31,9 @@ use fp_wire::ethernet::MacAddr;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 
-/// The FIB key of a MAC address: its 48 bits as an integer (`MacAddr::to_u64`). The data path
-/// reads it straight from the frame with one 8-byte load.
+/// The FIB key of a MAC address in a VLAN: its 48 bits as an integer (`MacAddr::to_u64`), read
+/// straight from the frame with one 8-byte load, and the VLAN's FID above them
+/// ([`crate::vlan::key`]; 0 in a VLAN-unaware switch).
 type Key = u64;
 
 /// Group (multicast or broadcast) bit of a MAC key.
@@ -39,11 +42,34 @@ fn is_group(m: Key) -> bool {
     m >> 40 & 1 == 1
 }
 
+/// Whether a (group) MAC key is one of the 802.1D reserved link-local addresses
+/// 01:80:C2:00:00:00-0F (spanning tree, pause, LACP, LLDP, 802.1X): a bridge never forwards them.
+#[inline(always)]
+fn is_link_local(m: Key) -> bool {
+    m & 0xffff_ffff_fff0 == 0x0180_c200_0000
+}
+
+/// A held frame's VLAN word: the VLAN id, [`TAGGED`] if the frame carries a tag, or [`DROPPED`]
+/// with the reason it has no VLAN on its port.
+const TAGGED: u16 = 0x8000;
+const DROPPED: u16 = 0x4000;
+
+fn drop_word(why: VlanDrop) -> u16 {
+    DROPPED
+        | match why {
+            VlanDrop::Untagged => 0,
+            VlanDrop::NotMember => 1,
+            VlanDrop::Truncated => 2,
+        }
+}
+
 /// A learning event from a worker to the FIB writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Learn {
     /// Source MAC seen.
     pub mac: MacAddr,
+    /// Its VLAN (0 in a VLAN-unaware switch).
+    pub vlan: u16,
     /// Port it was seen on.
     pub port: u16,
     /// When (ns).
@@ -93,6 +119,17 @@ counters! {
     runt => "drop_runt",
     /// Frames dropped: the source MAC is a group address.
     bad_source => "drop_group_source",
+    /// Frames dropped: addressed to an 802.1D reserved link-local group (01:80:C2:00:00:0X),
+    /// which a bridge never forwards.
+    link_local => "drop_link_local",
+    /// Frames dropped: untagged on a port without an untagged VLAN.
+    vlan_untagged => "drop_vlan_untagged",
+    /// Frames dropped: tagged with a VLAN the port is not a member of.
+    vlan_not_member => "drop_vlan_not_member",
+    /// Frames dropped: too short for their VLAN tag.
+    vlan_truncated => "drop_vlan_truncated",
+    /// Frames dropped: their FIB entry names a port outside their VLAN (changed by a reload).
+    vlan_egress => "drop_vlan_egress",
     /// Flood copies dropped: no packet buffer for the copy.
     no_buffer => "drop_no_buffer",
     /// Learn events sent to the FIB writer.
@@ -160,6 +197,32 @@ pub struct SwitchWorker {
     gather: usize,
     /// Frames flooded per ingress port.
     flooded: Arc<[Counter]>,
+    /// The VLAN settings (none: VLAN-unaware), picked up between bursts when a reload changes
+    /// them.
+    vlans: Option<Cached<VlanPlan>>,
+    /// VLAN word of every held frame (VLAN-aware only): id, [`TAGGED`], or [`DROPPED`].
+    vl: Vec<u16>,
+    /// Frames received and flooded per VLAN id (VLAN-aware only).
+    per_vlan: Arc<VlanCounters>,
+}
+
+/// Frames received and flooded per VLAN id, written by one worker.
+#[derive(Debug)]
+pub struct VlanCounters {
+    /// Frames received, by VLAN id.
+    pub rx: Box<[Counter]>,
+    /// Frames flooded, by VLAN id.
+    pub flooded: Box<[Counter]>,
+}
+
+impl Default for VlanCounters {
+    fn default() -> VlanCounters {
+        let row = || (0..4096).map(|_| Counter::default()).collect();
+        VlanCounters {
+            rx: row(),
+            flooded: row(),
+        }
+    }
 }
 
 impl SwitchWorker {
@@ -189,7 +252,29 @@ impl SwitchWorker {
             held_in: Vec::with_capacity(MAX_BURST),
             gather: 1,
             flooded: (0..ports).map(|_| Counter::default()).collect(),
+            vlans: None,
+            vl: Vec::with_capacity(64),
+            per_vlan: Arc::new(VlanCounters::default()),
         }
+    }
+
+    /// Follow `plan` for VLANs ([`crate::vlan`]): the worker picks up a new plan between the
+    /// frames it holds, so no frame is classified by one plan and sent by another.
+    pub fn set_vlans(&mut self, plan: Arc<Published<VlanPlan>>) {
+        self.vlans = Some(Cached::new(plan));
+    }
+
+    /// The VLAN settings in force, if VLAN-aware.
+    pub fn vlans(&self) -> Option<&VlanPlan> {
+        self.vlans
+            .as_ref()
+            .map(|c| &**c.get())
+            .filter(|p| p.aware())
+    }
+
+    /// Frames received and flooded per VLAN.
+    pub fn vlan_counters(&self) -> &Arc<VlanCounters> {
+        &self.per_vlan
     }
 
     /// Gather up to `frames` frames (at most [`MAX_GATHER`]) before looking them up and switching
@@ -211,6 +296,7 @@ impl SwitchWorker {
         }
         self.held.reserve(room);
         self.held_in.reserve(room);
+        self.vl.reserve(room);
         if let Some(c) = &mut self.cache {
             c.reserve(room);
         }
@@ -374,8 +460,50 @@ impl SwitchWorker {
         }
     }
 
-    /// Hold the frames of `rx` with their MACs.
+    /// Hold the frames of `rx` with their MACs (and VLANs).
     fn take(&mut self, in_port: u16, rx: &mut Vec<Packet>) {
+        if self.held.is_empty() {
+            if let Some(c) = &mut self.vlans {
+                c.refresh();
+            }
+        }
+        // Out of `self` while in use (no reference count touched per burst).
+        let vlans = self.vlans.take();
+        if let Some(plan) = vlans.as_ref().map(|c| &**c.get()).filter(|p| p.aware()) {
+            // VLAN-aware: the VLAN's FID goes above the MACs of the key.
+            let at = self.dst.len();
+            for p in rx.iter() {
+                let d = p.data();
+                let w = if d.len() < 14 {
+                    0
+                } else {
+                    match plan.classify(in_port, d) {
+                        Ok(i) => {
+                            self.per_vlan.rx[i.vid as usize].inc();
+                            i.vid | if i.tagged { TAGGED } else { 0 }
+                        }
+                        Err(why) => drop_word(why),
+                    }
+                };
+                self.vl.push(w);
+            }
+            self.take_macs(in_port, rx);
+            for (i, w) in self.vl[at..].iter().enumerate() {
+                if w & DROPPED == 0 {
+                    let fid = plan.fid(w & 0xfff);
+                    self.dst[at + i] = vlan::key(fid, self.dst[at + i]);
+                    self.src[at + i] = vlan::key(fid, self.src[at + i]);
+                }
+            }
+        } else {
+            self.take_macs(in_port, rx);
+        }
+        self.vlans = vlans;
+    }
+
+    /// Hold the frames of `rx` with their MACs.
+    #[inline(always)]
+    fn take_macs(&mut self, in_port: u16, rx: &mut Vec<Packet>) {
         self.stats.rx.add(rx.len() as u64);
         // Both MACs from two 8-byte loads (bytes 0..8 and 6..14, top 48 bits); a runt (shorter than
         // an Ethernet header) gets MAC 0 and is dropped when switched.
@@ -427,13 +555,30 @@ impl SwitchWorker {
         // reader, so per-frame updates would be a load and a store to memory each.
         let (mut forwarded, mut filtered) = (0u64, 0u64);
         let ports = self.ports;
-        for (i, p) in held.drain(..).enumerate() {
+        let vlans = self.vlans.take();
+        let plan = vlans.as_ref().map(|c| &**c.get()).filter(|p| p.aware());
+        let vl = std::mem::take(&mut self.vl);
+        for (i, mut p) in held.drain(..).enumerate() {
             let (d, s, in_port) = (dst[i], src[i], held_in[i]);
             if p.len() < 14 {
                 self.stats.runt.inc();
                 pool.put(p);
                 continue;
             }
+            // VLAN id and tag (VLAN-aware), or why the frame has no VLAN on its port.
+            let (vid, tagged) = match plan {
+                None => (0, false),
+                Some(_) if vl[i] & DROPPED != 0 => {
+                    match vl[i] & 3 {
+                        0 => self.stats.vlan_untagged.inc(),
+                        1 => self.stats.vlan_not_member.inc(),
+                        _ => self.stats.vlan_truncated.inc(),
+                    }
+                    pool.put(p);
+                    continue;
+                }
+                Some(_) => (vl[i] & 0xfff, vl[i] & TAGGED != 0),
+            };
             if is_group(s) {
                 self.stats.bad_source.inc();
                 pool.put(p);
@@ -441,16 +586,31 @@ impl SwitchWorker {
             }
             // Learning: a new source, a moved one, or one whose age needs refreshing.
             if self.learning && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
-                self.report(s, in_port, now_ns);
+                self.report(s, vid, in_port, now_ns);
             }
             match (is_group(d), out[i]) {
                 (false, Some(port)) if port == in_port => {
                     filtered += 1;
                     pool.put(p);
                 }
-                (false, Some(port)) if port < ports => {
-                    forwarded += 1;
-                    tx[port as usize].push(p);
+                (false, Some(port)) if port < ports => match plan {
+                    None => {
+                        forwarded += 1;
+                        tx[port as usize].push(p);
+                    }
+                    Some(plan) if plan.is_member(port, vid) => {
+                        forwarded += 1;
+                        shape(plan, port, vid, tagged, &mut p);
+                        tx[port as usize].push(p);
+                    }
+                    Some(_) => {
+                        self.stats.vlan_egress.inc();
+                        pool.put(p);
+                    }
+                },
+                (true, _) if is_link_local(d) => {
+                    self.stats.link_local.inc();
+                    pool.put(p);
                 }
                 (group, _) => {
                     // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
@@ -459,10 +619,20 @@ impl SwitchWorker {
                     }
                     self.stats.flooded.inc();
                     self.flooded[in_port as usize].inc();
-                    self.flood(in_port, p, tx, pool);
+                    match plan {
+                        None => self.flood(in_port, p, tx, pool),
+                        Some(plan) => {
+                            self.per_vlan.flooded[vid as usize].inc();
+                            self.flood_vlan(plan, in_port, vid, tagged, p, tx, pool);
+                        }
+                    }
                 }
             }
         }
+        let mut vl = vl;
+        vl.clear();
+        self.vl = vl;
+        self.vlans = vlans;
         if forwarded != 0 {
             self.stats.forwarded.add(forwarded);
             self.stats.tx.add(forwarded);
@@ -510,6 +680,46 @@ impl SwitchWorker {
         self.stats.tx.add(sent + 1);
     }
 
+    /// Copies of `p` (VLAN `vid`) to every other member port of its VLAN, each in the form its
+    /// port sends (the last one gets the original).
+    #[allow(clippy::too_many_arguments)]
+    fn flood_vlan(
+        &self,
+        plan: &VlanPlan,
+        in_port: u16,
+        vid: u16,
+        tagged: bool,
+        mut p: Packet,
+        tx: &mut [Vec<Packet>],
+        pool: &mut Pool,
+    ) {
+        let members = plan.ports_of(vid);
+        let Some(&last) = members.iter().rev().find(|&&q| q != in_port) else {
+            pool.put(p);
+            return;
+        };
+        let mut sent = 0;
+        for &port in members {
+            if port == in_port || port == last {
+                continue;
+            }
+            match pool.get() {
+                Some(mut c) => {
+                    c.fill(p.data());
+                    c.ts_ns = p.ts_ns;
+                    c.port = p.port;
+                    shape(plan, port, vid, tagged, &mut c);
+                    tx[port as usize].push(c);
+                    sent += 1;
+                }
+                None => self.stats.no_buffer.inc(),
+            }
+        }
+        shape(plan, last, vid, tagged, &mut p);
+        tx[last as usize].push(p);
+        self.stats.tx.add(sent + 1);
+    }
+
     fn slot(mac: Key) -> usize {
         fp_hash::reduce(fp_hash::splitmix64(mac), REFRESH_SLOTS as u64) as usize
     }
@@ -519,9 +729,10 @@ impl SwitchWorker {
         !(m == mac && p == port && now.saturating_sub(t) < self.refresh_ns)
     }
 
-    fn report(&mut self, mac: Key, port: u16, now: u64) {
+    fn report(&mut self, mac: Key, vlan: u16, port: u16, now: u64) {
         match self.learn.try_send(Learn {
-            mac: MacAddr::from_u64(mac),
+            mac: MacAddr::from_u64(mac & fp_cuckoo::COMPACT_MAX_KEY),
+            vlan,
             port,
             now_ns: now,
         }) {
@@ -533,6 +744,16 @@ impl SwitchWorker {
                 self.stats.learn_dropped.inc()
             }
         }
+    }
+}
+
+/// Give `p` (VLAN `vid`, `tagged` as received) the form `port` sends it in.
+#[inline]
+fn shape(plan: &VlanPlan, port: u16, vid: u16, tagged: bool, p: &mut Packet) {
+    let (start, len) = (p.start(), p.len());
+    let (s, l) = plan.egress(port, vid, tagged, p.buffer(), start, len);
+    if (s, l) != (start, len) {
+        p.set_frame(s, l);
     }
 }
 
@@ -552,6 +773,8 @@ pub struct SwitchRecord {
     pub src: MacAddr,
     /// Destination MAC.
     pub dst: MacAddr,
+    /// The frame's VLAN (none in a VLAN-unaware switch, or when the port has no VLAN for it).
+    pub vlan: Option<u16>,
     /// The destination's FIB entry before switching (none for group addresses).
     pub fib: Option<u16>,
     /// `forwarded`, `flooded`, `filtered_same_port` or `dropped`.
@@ -563,13 +786,17 @@ pub struct SwitchRecord {
 /// Probes seen in one burst (rare; a fixed array, no allocation).
 const MAX_PROBES: usize = 4;
 
+/// A probe found in a burst: (probe id, destination MAC, source MAC, VLAN, FIB entry of the
+/// destination).
+type Found = (u64, MacAddr, MacAddr, Option<u16>, Option<u16>);
+
 /// A worker's view of the tracer: its queue to the control side, the FIB, the port names.
 struct Tracer {
     probes: ProbeSender<SwitchRecord>,
     fib: CompactReader,
     names: Arc<Vec<String>>,
-    /// (probe id, destination MAC, source MAC, FIB entry of the destination) of the current burst.
-    found: [(u64, MacAddr, MacAddr, Option<u16>); MAX_PROBES],
+    /// The probes of the current burst.
+    found: [Found; MAX_PROBES],
     n: usize,
 }
 
@@ -577,18 +804,18 @@ impl Tracer {
     /// Look for probes in a received burst (cheap per frame: a length test for short frames, the
     /// parser and a 16-byte compare for long ones).
     #[inline]
-    fn scan(&mut self, rx: &[Packet]) {
+    fn scan(&mut self, rx: &[Packet], port: u16, vlans: Option<&VlanPlan>) {
         self.n = 0;
         for p in rx {
             if let Some(id) = probe_id(p.data()) {
-                self.found_probe(id, p.data());
+                self.found_probe(id, p.data(), port, vlans);
             }
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn found_probe(&mut self, id: u64, d: &[u8]) {
+    fn found_probe(&mut self, id: u64, d: &[u8], port: u16, vlans: Option<&VlanPlan>) {
         if self.n < MAX_PROBES {
             let mac = |r: std::ops::Range<usize>| {
                 MacAddr(
@@ -597,12 +824,16 @@ impl Tracer {
                 )
             };
             let dst = mac(0..6);
-            let fib = if dst.is_multicast() {
-                None
-            } else {
-                self.fib.get(dst.to_u64())
+            let (vlan, fid) = match vlans.map(|v| v.classify(port, d)) {
+                None => (None, Some(0)),
+                Some(Ok(i)) => (Some(i.vid), Some(i.fid)),
+                Some(Err(_)) => (None, None),
             };
-            self.found[self.n] = (id, dst, mac(6..12), fib);
+            let fib = match fid {
+                Some(f) if !dst.is_multicast() => self.fib.get(vlan::key(f, dst.to_u64())),
+                _ => None,
+            };
+            self.found[self.n] = (id, dst, mac(6..12), vlan, fib);
             self.n += 1;
         }
     }
@@ -612,7 +843,7 @@ impl Tracer {
     #[inline(never)]
     fn record(&mut self, worker: usize, in_port: usize, out: &Outputs, now_ns: u64) {
         for k in 0..self.n {
-            let (id, dst, src, fib) = self.found[k];
+            let (id, dst, src, vlan, fib) = self.found[k];
             if !self.probes.admit(now_ns) {
                 continue;
             }
@@ -631,6 +862,7 @@ impl Tracer {
                 in_interface: self.names[in_port].clone(),
                 src,
                 dst,
+                vlan,
                 fib,
                 decision,
                 out: ports.iter().map(|&j| (j, self.names[j].clone())).collect(),
@@ -664,7 +896,7 @@ impl SwitchStage {
                 probes,
                 fib,
                 names,
-                found: [(0, MacAddr([0; 6]), MacAddr([0; 6]), None); MAX_PROBES],
+                found: [(0, MacAddr([0; 6]), MacAddr([0; 6]), None, None); MAX_PROBES],
                 n: 0,
             }),
         }
@@ -679,6 +911,11 @@ impl SwitchStage {
     pub fn flooded(&self) -> Arc<[Counter]> {
         self.sw.flooded().clone()
     }
+
+    /// Frames received and flooded per VLAN (read by the metrics).
+    pub fn vlan_counters(&self) -> Arc<VlanCounters> {
+        self.sw.vlan_counters().clone()
+    }
 }
 
 impl Stage for SwitchStage {
@@ -692,7 +929,7 @@ impl Stage for SwitchStage {
         now_ns: u64,
     ) {
         if let Some(t) = &mut self.tracer {
-            t.scan(rx);
+            t.scan(rx, port as u16, self.sw.vlans());
         }
         // A burst that filled the receive burst may be held (more frames are probably waiting);
         // a shorter one means the queue is drained: everything held goes now.
@@ -1105,6 +1342,201 @@ mod tests {
         s.send(1, frame(BCAST, C), 2);
         assert!(s.send(1, frame(C, plus(A, 1)), 3).is_empty());
         assert_eq!(s.w.stats().filtered.get(), 1);
+    }
+
+    /// A frame from `src` to `dst`, tagged with `vid` if given.
+    fn tagged(dst: MacAddr, src: MacAddr, vid: Option<u16>) -> Vec<u8> {
+        let f = frame(dst, src);
+        match vid {
+            None => f,
+            Some(v) => {
+                let mut t = f[..12].to_vec();
+                t.extend_from_slice(&[0x81, 0x00]);
+                t.extend_from_slice(&v.to_be_bytes());
+                t.extend_from_slice(&f[12..]);
+                t
+            }
+        }
+    }
+
+    /// A 4-port switch: port 0 access VLAN 10, port 1 access VLAN 20, port 2 trunk of 10 and 20,
+    /// port 3 trunk of 20 with native VLAN 10.
+    fn vlan_switch() -> Sw {
+        use crate::vlan::PortVlans;
+        let (fw, fr) =
+            CompactMap::with_value_bits(&Config::with_capacity(1000), crate::vlan::value_bits(4))
+                .unwrap();
+        let (ltx, lrx) = learn_queue(64);
+        let aging = 300 * 1_000_000_000;
+        let mut c = SwitchControl::new(fw, lrx, aging);
+        let modes = vec![
+            PortVlans::Access(10),
+            PortVlans::Access(20),
+            PortVlans::Trunk {
+                allowed: vec![10, 20],
+                native: None,
+            },
+            PortVlans::Trunk {
+                allowed: vec![20],
+                native: Some(10),
+            },
+        ];
+        c.set_vlans(4, Some(modes)).unwrap();
+        let mut w = SwitchWorker::new(fr, 4, ltx, aging);
+        w.set_vlans(c.vlan_plan());
+        Sw {
+            w,
+            c,
+            pool: Pool::new(256),
+            tx: (0..4).map(|_| burst()).collect(),
+        }
+    }
+
+    impl Sw {
+        /// Send one frame into `port`; returns (port, frame bytes) of every copy sent.
+        fn exchange(&mut self, port: u16, f: Vec<u8>, now: u64) -> Vec<(u16, Vec<u8>)> {
+            let mut rx = burst();
+            let mut p = self.pool.get().unwrap();
+            p.fill(&f);
+            rx.push(p);
+            self.w
+                .process(port, &mut rx, &mut self.tx, &mut self.pool, now);
+            self.c.drain();
+            let mut out = Vec::new();
+            for (i, frames) in drain_tx(&mut self.tx, &mut self.pool)
+                .into_iter()
+                .enumerate()
+            {
+                out.extend(frames.into_iter().map(|f| (i as u16, f)));
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn vlans_keep_their_traffic_apart_and_tag_it_per_port() {
+        let mut s = vlan_switch();
+        // A broadcast from A on access port 0 (VLAN 10) floods VLAN 10 only: tagged on trunk 2,
+        // untagged on trunk 3 (its native VLAN); never to port 1 (VLAN 20).
+        let out = s.exchange(0, frame(BCAST, A), 1);
+        assert_eq!(
+            out,
+            vec![(2, tagged(BCAST, A, Some(10))), (3, frame(BCAST, A)),]
+        );
+        assert_eq!(s.c.lookup_in(10, A), Some(0));
+        // The same MAC A in VLAN 20, on port 1: a second entry, the first stays.
+        let out = s.exchange(1, frame(BCAST, A), 2);
+        assert_eq!(
+            out,
+            vec![
+                (2, tagged(BCAST, A, Some(20))),
+                (3, tagged(BCAST, A, Some(20)))
+            ]
+        );
+        assert_eq!(
+            (s.c.lookup_in(10, A), s.c.lookup_in(20, A)),
+            (Some(0), Some(1))
+        );
+        // Unicast to A: by VLAN. Tagged 20 on the trunk goes to port 1, popped; tagged 10 to
+        // port 0, popped; untagged on port 3 (native 10) to port 0.
+        assert_eq!(
+            s.exchange(2, tagged(A, B, Some(20)), 3),
+            vec![(1, frame(A, B))]
+        );
+        assert_eq!(
+            s.exchange(2, tagged(A, C, Some(10)), 4),
+            vec![(0, frame(A, C))]
+        );
+        assert_eq!(s.exchange(3, frame(A, C), 5), vec![(0, frame(A, C))]);
+        assert_eq!(s.c.lookup_in(20, B), Some(2));
+        // C is in VLAN 10 twice now: moved from port 2 to port 3.
+        assert_eq!(s.c.lookup_in(10, C), Some(3));
+        // Back to B (VLAN 20, on the trunk): pushed with tag 20.
+        assert_eq!(
+            s.exchange(1, frame(B, A), 6),
+            vec![(2, tagged(B, A, Some(20)))]
+        );
+        // Dropped: a tag the port does not carry, untagged on a trunk without a native VLAN, a
+        // spanning-tree BPDU's link-local group.
+        assert!(s.exchange(0, tagged(A, B, Some(20)), 7).is_empty());
+        assert!(s.exchange(2, frame(A, B), 8).is_empty());
+        let bpdu = MacAddr::from_u64(0x0180_c200_0000);
+        assert!(s.exchange(0, frame(bpdu, B), 9).is_empty());
+        let st = s.w.stats();
+        assert_eq!(
+            (
+                st.vlan_not_member.get(),
+                st.vlan_untagged.get(),
+                st.link_local.get()
+            ),
+            (1, 1, 1)
+        );
+        let v = s.w.vlan_counters();
+        assert_eq!((v.rx[10].get(), v.rx[20].get()), (4, 3));
+        assert_eq!((v.flooded[10].get(), v.flooded[20].get()), (1, 1));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_learned_entries_that_stay_valid() {
+        use crate::controller::Static;
+        use crate::vlan::PortVlans;
+        let mut s = vlan_switch();
+        s.exchange(0, frame(BCAST, A), 1);
+        s.exchange(1, frame(BCAST, B), 2);
+        s.exchange(2, tagged(BCAST, C, Some(20)), 3);
+        s.exchange(3, frame(BCAST, plus(C, 1)), 4);
+        s.c.set_statics(&[Static {
+            mac: plus(A, 9),
+            vlan: 20,
+            port: 2,
+        }])
+        .unwrap();
+        // Port 2 leaves VLAN 20; VLAN 30 appears on port 1 (VLAN 20 moves to port 3 only).
+        let modes = vec![
+            PortVlans::Access(10),
+            PortVlans::Access(30),
+            PortVlans::Trunk {
+                allowed: vec![10],
+                native: None,
+            },
+            PortVlans::Trunk {
+                allowed: vec![20, 30],
+                native: Some(10),
+            },
+        ];
+        // B (VLAN 20 on port 1) and C (VLAN 20 on port 2) are no longer valid; A and C+1 stay.
+        assert_eq!(s.c.set_vlans(4, Some(modes)).unwrap(), 2);
+        assert_eq!(s.c.lookup_in(10, A), Some(0));
+        assert_eq!(s.c.lookup_in(10, plus(C, 1)), Some(3));
+        assert_eq!((s.c.lookup_in(20, B), s.c.lookup_in(20, C)), (None, None));
+        assert_eq!(s.c.stats().flushed, 2);
+        // Statics are set again by the reload: the old one goes, the new one comes.
+        s.c.set_statics(&[Static {
+            mac: plus(A, 9),
+            vlan: 30,
+            port: 3,
+        }])
+        .unwrap();
+        assert_eq!(
+            (s.c.lookup_in(20, plus(A, 9)), s.c.lookup_in(30, plus(A, 9))),
+            (None, Some(3))
+        );
+        // The workers follow the new plan at their next burst: port 1 is in VLAN 30 now.
+        let out = s.exchange(1, frame(plus(A, 9), B), 5);
+        assert_eq!(out, vec![(3, tagged(plus(A, 9), B, Some(30)))]);
+        assert_eq!(s.c.lookup_in(30, B), Some(1));
+        // A VLAN count beyond the FIB key's room is refused and changes nothing: 20 000 ports
+        // take 15 bits of the word, leaving one FID bit, room for one VLAN.
+        let (fw, _) = CompactMap::with_value_bits(&Config::with_capacity(64), 16).unwrap();
+        let (_, lrx) = learn_queue(1);
+        let mut big = SwitchControl::new(fw, lrx, 1);
+        let ports = 20_000;
+        let two = (0..ports)
+            .map(|i| PortVlans::Access(1 + i as u16 % 2))
+            .collect();
+        let e = big.set_vlans(ports, Some(two)).unwrap_err();
+        assert!(e.contains("room for"), "{e}");
+        assert!(big.vlan_modes().is_none());
     }
 
     #[test]
