@@ -28,6 +28,9 @@ have bird || need+=(bird2)  # BGP speaker: the VIP announcer (fp-control announc
 have prometheus || need+=(prometheus)
 have systemd-analyze || need+=(systemd)
 have setpriv || need+=(util-linux)
+# The switch's VLAN and spanning-tree tests run Open vSwitch (userspace datapath, no kernel module)
+# as an independent peer: this kernel has no 802.1Q devices and no VLAN filtering in its bridge.
+have ovs-vswitchd || need+=(openvswitch-switch)
 # The cluster node keeps its entries and members in etcd; its tests run a real one.
 have etcd || need+=(etcd-server)
 # The QUIC test peers run on aioquic (PyPI) in the project's own virtual environment.

@@ -336,14 +336,14 @@ impl View for SwitchView {
                 );
             }
         }
-        for st in &p.statics {
+        for (st, fib) in &p.statics {
             let vlan = match p.vlans {
                 Some(_) => format!(" vlan {}", st.vlan),
                 None => String::new(),
             };
             let _ = writeln!(
                 s,
-                "static {}{vlan} -> port {} ({})",
+                "static {}{vlan} -> port {} ({}); fib says {fib:?}",
                 st.mac, st.port, self.names[st.port as usize],
             );
         }

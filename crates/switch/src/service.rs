@@ -42,8 +42,8 @@ fn fib_config(capacity: usize) -> Config {
 pub(crate) struct Published {
     pub(crate) writer: ControlStats,
     pub(crate) fib: fp_cuckoo::Stats,
-    /// The static entries in force.
-    pub(crate) statics: Vec<Static>,
+    /// The static entries in force, each with what the FIB says for it.
+    pub(crate) statics: Vec<(Static, Option<u16>)>,
     /// Each port's VLANs (none: VLAN-unaware).
     pub(crate) vlans: Option<Vec<PortVlans>>,
     /// Learned entries per VLAN.
@@ -114,6 +114,14 @@ fn restore_learned(ctl: &mut SwitchControl, cfg: &SwitchConfig) -> Restored {
     r
 }
 
+/// The static entries with what the FIB says for each (for the status page).
+fn statics_in_fib(ctl: &SwitchControl) -> Vec<(Static, Option<u16>)> {
+    ctl.statics()
+        .into_iter()
+        .map(|s| (s, ctl.lookup_in(s.vlan, s.mac)))
+        .collect()
+}
+
 /// Run the switch with `cfg` on live interfaces until SIGTERM/SIGINT.
 pub fn run(cfg: SwitchConfig, live: &LiveOptions) -> Result<()> {
     fp_service::run(live, |_events| SwitchService::new(cfg))
@@ -146,7 +154,7 @@ impl SwitchService {
         let published = Arc::new(Mutex::new(Published {
             writer: ctl.stats(),
             fib: ctl.fib_stats(),
-            statics: ctl.statics(),
+            statics: statics_in_fib(&ctl),
             vlans: cfg.vlans.clone(),
             learned_per_vlan: ctl.learned_per_vlan(),
             aging: cfg.aging,
@@ -172,7 +180,7 @@ impl SwitchService {
         let p = Published {
             writer: self.ctl.stats(),
             fib: self.ctl.fib_stats(),
-            statics: self.ctl.statics(),
+            statics: statics_in_fib(&self.ctl),
             vlans: self.cfg.vlans.clone(),
             learned_per_vlan: self.ctl.learned_per_vlan(),
             aging: self.cfg.aging,

@@ -1,6 +1,7 @@
 //! Ready-made servers and clients for live tests: nginx with a generated configuration, Python's
-//! `http.server`, iperf3, wrk, tcpdump and scapy — each run inside a namespace, with its files in
-//! the test network's temporary directory, and each parsed into a small report where that helps.
+//! `http.server`, iperf3, wrk, tcpdump, scapy, etcd and Open vSwitch — each run inside a
+//! namespace, with its files in the test network's temporary directory, and each parsed into a
+//! small report where that helps.
 
 use crate::cmd::{require_tool, Output, Proc};
 use crate::netns::{Link, Netns};
@@ -417,6 +418,82 @@ impl Netns {
         Ok(proc)
     }
 
+    /// Start a private Open vSwitch (Debian's `openvswitch-switch`) in this namespace: its own
+    /// database server and switch daemon, run in the foreground with every file in `dir`, on
+    /// the userspace datapath (no kernel module: bridges made with [`Ovs::add_bridge`] read and
+    /// write their ports through packet sockets). It is an independent 802.1Q, STP and RSTP
+    /// peer for a switch under test.
+    pub fn ovs(&self, dir: &Path) -> Result<Ovs> {
+        for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"] {
+            require_tool(tool)?;
+        }
+        std::fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        let db = dir.join("conf.db");
+        let sock = dir.join("db.sock");
+        let schema = ["/usr/share/openvswitch/vswitch.ovsschema"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .ok_or_else(|| Error::MissingTool {
+                tool: "vswitch.ovsschema".into(),
+                package: "openvswitch-common".into(),
+            })?;
+        self.cmd([
+            "ovsdb-tool".as_ref(),
+            "create".as_ref(),
+            db.as_os_str(),
+            schema.as_ref(),
+        ])
+        .run()?
+        .check()?;
+        let path = |name: &str| dir.join(name).into_os_string();
+        let remote = format!("--remote=punix:{}", sock.display());
+        let server = self
+            .cmd([
+                "ovsdb-server".to_string(),
+                db.display().to_string(),
+                remote,
+                format!("--unixctl={}", dir.join("db.ctl").display()),
+                format!("--log-file={}", dir.join("db.log").display()),
+                "--no-chdir".to_string(),
+            ])
+            .env("OVS_RUNDIR", path(""))
+            .env("OVS_LOGDIR", path(""))
+            .spawn()?;
+        let t = std::time::Instant::now();
+        while !sock.exists() {
+            if t.elapsed() > START_TIMEOUT {
+                return Err(Error::Timeout {
+                    what: format!("ovsdb-server's socket {}\n{}", sock.display(), server.log()),
+                    after: START_TIMEOUT,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ovs = Ovs {
+            ns: self.clone(),
+            dir: dir.to_path_buf(),
+            db: format!("--db=unix:{}", sock.display()),
+            server,
+            vswitchd: None,
+        };
+        ovs.vsctl(&["--no-wait", "init"])?;
+        let vswitchd = self
+            .cmd([
+                "ovs-vswitchd".to_string(),
+                format!("unix:{}", sock.display()),
+                format!("--unixctl={}", dir.join("vs.ctl").display()),
+                format!("--log-file={}", dir.join("vs.log").display()),
+                "--no-chdir".to_string(),
+            ])
+            .env("OVS_RUNDIR", path(""))
+            .env("OVS_LOGDIR", path(""))
+            .spawn()?;
+        Ok(Ovs {
+            vswitchd: Some(vswitchd),
+            ..ovs
+        })
+    }
+
     /// Start an iperf3 server on `port` and wait until it accepts connections.
     pub fn iperf3_server(&self, port: u16) -> Result<Proc> {
         let p = port.to_string();
@@ -545,6 +622,58 @@ pub fn read_http_response(s: &mut impl std::io::Read) -> std::io::Result<(u16, S
         }
     }
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A private Open vSwitch in a namespace ([`Netns::ovs`]); its daemons stop with the test
+/// network.
+pub struct Ovs {
+    ns: Netns,
+    dir: PathBuf,
+    db: String,
+    server: Proc,
+    vswitchd: Option<Proc>,
+}
+
+impl Ovs {
+    /// Run `ovs-vsctl ARGS` against this instance (waiting, by default, until the switch
+    /// daemon applied the change; at most 10 s).
+    pub fn vsctl(&self, args: &[&str]) -> Result<Output> {
+        let mut a = vec!["ovs-vsctl", &self.db, "--timeout=10"];
+        a.extend_from_slice(args);
+        self.ns.cmd(a).env("OVS_RUNDIR", &self.dir).run()?.check()
+    }
+
+    /// Add bridge `name` on the userspace datapath.
+    pub fn add_bridge(&self, name: &str) -> Result<()> {
+        self.vsctl(&[
+            "add-br",
+            name,
+            "--",
+            "set",
+            "bridge",
+            name,
+            "datapath_type=netdev",
+        ])
+        .map(|_| ())
+    }
+
+    /// Run `ovs-appctl ARGS` against the switch daemon (e.g. `fdb/show br0`, `rstp/show`).
+    pub fn appctl(&self, args: &[&str]) -> Result<Output> {
+        let target = self.dir.join("vs.ctl");
+        let target = target.to_string_lossy();
+        let mut a = vec!["ovs-appctl", "-t", &target];
+        a.extend_from_slice(args);
+        self.ns.cmd(a).run()?.check()
+    }
+
+    /// The daemons' logs (switch, then database).
+    pub fn logs(&self) -> String {
+        format!(
+            "--- ovs-vswitchd ---\n{}\n--- ovsdb-server ---\n{}",
+            self.vswitchd.as_ref().map(Proc::log).unwrap_or_default(),
+            self.server.log()
+        )
+    }
 }
 
 #[cfg(test)]

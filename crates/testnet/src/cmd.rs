@@ -74,6 +74,7 @@ pub(crate) fn package_of(tool: &str) -> &str {
         "python3" | "/usr/bin/python3" => "python3",
         "sysctl" => "procps",
         "etcd" => "etcd-server",
+        "ovs-vswitchd" | "ovsdb-server" | "ovs-vsctl" | "ovsdb-tool" => "openvswitch-switch",
         t => t,
     }
 }

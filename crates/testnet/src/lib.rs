@@ -114,7 +114,7 @@ pub mod sweep;
 mod sys;
 
 pub use apps::{
-    read_http_response, Capture, Iperf3Report, Nginx, NginxConfig, WrkOptions, WrkReport,
+    read_http_response, Capture, Iperf3Report, Nginx, NginxConfig, Ovs, WrkOptions, WrkReport,
 };
 pub use cmd::{Cmd, Output, Proc};
 pub use netns::{Link, LinkStats, Netns};
