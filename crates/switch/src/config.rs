@@ -5,6 +5,7 @@
 //! the file's field (`port[1].trunk[0]`) or the FIB file's line that is wrong.
 
 use crate::controller::Static;
+use crate::guard::{Damping, Storm};
 use crate::vlan::{self, PortVlans};
 use fp_wire::ethernet::MacAddr;
 use serde::Deserialize;
@@ -73,6 +74,12 @@ pub struct SwitchConfig {
     pub statics: Vec<Static>,
     /// Each port's VLANs (`None`: the switch is VLAN-unaware).
     pub vlans: Option<Vec<PortVlans>>,
+    /// Each port's storm-control limits.
+    pub storm: Vec<Storm>,
+    /// Each port's limit of learned MACs (port security).
+    pub max_macs: Vec<Option<u32>>,
+    /// MAC-move damping.
+    pub damping: Damping,
     /// The file the settings came from (what a reload reads again), if any.
     pub file: Option<PathBuf>,
     /// Entries preloaded from a FIB file.
@@ -150,8 +157,11 @@ impl SwitchConfig {
         Ok(SwitchConfig {
             ports,
             aging: Duration::from_secs_f64(aging_secs),
-            statics,
             vlans: None,
+            storm: vec![Storm::default(); nports],
+            max_macs: vec![None; nports],
+            damping: Damping::default(),
+            statics,
             file: None,
             preload,
             fib_capacity,
@@ -257,6 +267,36 @@ impl SwitchConfig {
         }
         if let Some(d) = sw.state_dir {
             cfg.state_dir = d;
+        }
+        let secs = |field: &str, v: Option<f64>, default: u64| -> Result<u64, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(x) if x > 0.0 && x.is_finite() && x < 1e9 => Ok((x * 1e9) as u64),
+                Some(x) => Err(invalid(
+                    format!("switch.{field}"),
+                    format!("{x} is not a positive number of seconds"),
+                )),
+            }
+        };
+        let d = Damping::default();
+        cfg.damping = Damping {
+            moves: sw.mac_move_limit.unwrap_or(d.moves),
+            window_ns: secs("mac_move_window_secs", sw.mac_move_window_secs, d.window_ns)?,
+            hold_ns: secs("mac_move_hold_secs", sw.mac_move_hold_secs, d.hold_ns)?,
+        };
+        for (i, p) in raw.port.iter().enumerate() {
+            cfg.storm[i] = Storm {
+                broadcast: p.storm_broadcast.unwrap_or(0),
+                multicast: p.storm_multicast.unwrap_or(0),
+                unknown_unicast: p.storm_unknown_unicast.unwrap_or(0),
+            };
+            if p.max_macs == Some(0) {
+                return Err(invalid(
+                    format!("port[{i}].max_macs"),
+                    "must be at least 1 (leave it out for no limit)",
+                ));
+            }
+            cfg.max_macs[i] = p.max_macs;
         }
         let aware = raw
             .port
@@ -413,6 +453,34 @@ impl SwitchConfig {
                 );
             }
         }
+        for (i, p) in self.ports.iter().enumerate() {
+            let st = self.storm[i];
+            if st.any() {
+                let _ = writeln!(
+                    s,
+                    "storm control {p}: broadcast {}/s, multicast {}/s, unknown unicast {}/s (0: \
+                     no limit)",
+                    st.broadcast, st.multicast, st.unknown_unicast
+                );
+            }
+            if let Some(m) = self.max_macs[i] {
+                let _ = writeln!(s, "port security {p}: at most {m} learned MACs");
+            }
+        }
+        let d = self.damping;
+        match d.moves {
+            0 => {
+                let _ = writeln!(s, "mac-move damping: off");
+            }
+            n => {
+                let _ = writeln!(
+                    s,
+                    "mac-move damping: more than {n} moves within {:?} pins a MAC for {:?}",
+                    Duration::from_nanos(d.window_ns),
+                    Duration::from_nanos(d.hold_ns)
+                );
+            }
+        }
         for st in &self.statics {
             let _ = writeln!(
                 s,
@@ -533,6 +601,9 @@ struct RawSwitch {
     gather: Option<usize>,
     trace: Option<bool>,
     state_dir: Option<PathBuf>,
+    mac_move_limit: Option<u32>,
+    mac_move_window_secs: Option<f64>,
+    mac_move_hold_secs: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -542,6 +613,10 @@ struct RawPort {
     vlan: Option<u16>,
     trunk: Option<Vec<u16>>,
     native: Option<u16>,
+    max_macs: Option<u32>,
+    storm_broadcast: Option<u32>,
+    storm_multicast: Option<u32>,
+    storm_unknown_unicast: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -797,6 +872,8 @@ mod tests {
         native = 30
         [[port]]
         interface = "spare"
+        max_macs = 100
+        storm_broadcast = 1000
         [[static]]
         mac = "02:00:00:00:00:0b"
         port = "up"
@@ -839,8 +916,16 @@ mod tests {
                 }
             ]
         );
+        assert_eq!(c.max_macs, [None, None, None, Some(100)]);
+        assert_eq!(c.storm[3].broadcast, 1000);
+        assert!(!c.storm[0].any());
+        assert_eq!(c.damping, Damping::default());
         let d = c.describe();
         assert!(d.contains("vlan 20: h2 untagged, up tagged"), "{d}");
+        assert!(
+            d.contains("port security spare: at most 100 learned MACs"),
+            "{d}"
+        );
         assert!(d.contains("port 2: up (trunk [10,20] native 30)"), "{d}");
         // Without VLAN settings: VLAN-unaware.
         let u =

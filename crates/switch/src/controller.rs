@@ -1,14 +1,15 @@
 //! The switch's control logic, free of I/O: the FIB's single writer (CuckooSwitch §3.2: one
 //! writer, lock-free readers). It applies the workers' learn events, keeps static entries and ages
 //! learned ones; time is an argument. The service (`service.rs`) calls it on its tick. It also
-//! owns the VLAN settings the workers follow ([`crate::vlan::VlanPlan`]): it gives VLANs their
+//! owns the VLAN settings the workers follow ([`crate::vlan::PortPlan`]): it gives VLANs their
 //! FIDs, publishes the plan, and when a reload changes VLANs removes exactly the learned entries
 //! that are no longer valid (a VLAN gone, a port no longer in a VLAN); the others stay.
 //!
 //! Entries are identified by (VLAN, MAC); VLAN 0 is the VLAN-unaware switch's only one.
 
+use crate::guard::{Damping, PortLocks, Storm};
 use crate::stage::Learn;
-use crate::vlan::{self, FidMap, PortVlans, VlanPlan};
+use crate::vlan::{self, FidMap, PortPlan, PortVlans};
 use fp_cuckoo::{CompactReader, CompactWriter, InsertError};
 use fp_pipeline::published::Published;
 use fp_wire::ethernet::MacAddr;
@@ -58,6 +59,36 @@ pub struct ControlStats {
     pub stale: u64,
     /// Learned entries removed by reloads (their VLAN gone, or their port left it).
     pub flushed: u64,
+    /// New source MACs refused because their port had its limit of learned MACs.
+    pub port_limit: u64,
+    /// Moves ignored because the MAC was pinned for moving too often.
+    pub move_damped: u64,
+    /// Times a MAC was pinned for moving too often.
+    pub pinned: u64,
+}
+
+/// A MAC's recent moves, for damping.
+#[derive(Clone, Copy, Debug, Default)]
+struct Flaps {
+    window_start: u64,
+    moves: u32,
+    pinned_until: u64,
+}
+
+/// A MAC pinned for moving too often: (VLAN, MAC), the port it is pinned to, until when (ns),
+/// and the port it last tried to move to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pinned {
+    /// The VLAN (0: VLAN-unaware).
+    pub vlan: u16,
+    /// The MAC.
+    pub mac: MacAddr,
+    /// The port it stays on.
+    pub port: u16,
+    /// The port it tried to move to.
+    pub other: u16,
+    /// Until when (ns).
+    pub until_ns: u64,
 }
 
 /// A (VLAN, MAC) pair the FIB writer knows: VLAN 0 in a VLAN-unaware switch.
@@ -112,16 +143,27 @@ pub struct SwitchControl {
     fib: CompactWriter,
     learn: Receiver<Learn>,
     statics: HashMap<Id, u16>,
-    last_seen: HashMap<Id, u64>,
+    /// Learned entries: when last seen, and on which port.
+    last_seen: HashMap<Id, (u64, u16)>,
+    /// Learned entries per port.
+    per_port: Vec<u32>,
+    /// Per port, the most learned MACs (port security).
+    max_macs: Vec<Option<u32>>,
+    locks: PortLocks,
+    storm: Vec<Storm>,
+    damping: Damping,
+    flaps: HashMap<Id, Flaps>,
+    /// MACs pinned since the service last asked ([`SwitchControl::take_pinned`]).
+    newly_pinned: Vec<Pinned>,
     aging_ns: u64,
     stats: ControlStats,
     epoch: FibEpoch,
     fids: FidMap,
     /// The VLAN settings in force (`None`: VLAN-unaware), and what the workers read.
     modes: Option<Vec<PortVlans>>,
-    plan: Arc<Published<VlanPlan>>,
+    plan: Arc<Published<PortPlan>>,
     /// The plan last published (read per learn event without the publication's lock).
-    current: Arc<VlanPlan>,
+    current: Arc<PortPlan>,
     /// Ports of the switch (0: not told; VLAN settings need it).
     ports: usize,
 }
@@ -139,20 +181,130 @@ impl SwitchControl {
             learn,
             statics: HashMap::new(),
             last_seen: HashMap::new(),
+            per_port: Vec::new(),
+            max_macs: Vec::new(),
+            locks: PortLocks::new(0),
+            storm: Vec::new(),
+            damping: Damping::default(),
+            flaps: HashMap::new(),
+            newly_pinned: Vec::new(),
             aging_ns,
             stats: ControlStats::default(),
             epoch: FibEpoch::default(),
             fids: FidMap::default(),
             modes: None,
-            plan: Arc::new(Published::new(Arc::new(VlanPlan::unaware(0)))),
-            current: Arc::new(VlanPlan::unaware(0)),
+            plan: Arc::new(Published::new(Arc::new(PortPlan::unaware(0)))),
+            current: Arc::new(PortPlan::unaware(0)),
             ports: 0,
         }
     }
 
-    /// The VLAN settings the workers follow ([`crate::stage::SwitchWorker::set_vlans`]).
-    pub fn vlan_plan(&self) -> Arc<Published<VlanPlan>> {
+    /// The port settings the workers follow ([`crate::stage::SwitchWorker::set_plan`]).
+    pub fn port_plan(&self) -> Arc<Published<PortPlan>> {
         self.plan.clone()
+    }
+
+    /// Which ports are full (port security), for the workers.
+    pub fn port_locks(&self) -> PortLocks {
+        self.locks.clone()
+    }
+
+    /// Set the ports' guards: storm-control limits and learned-MAC limits (one per port; a
+    /// shorter list leaves the rest unlimited) and MAC-move damping. Ports over a new limit keep
+    /// what they learned and take no new MAC until they are under it.
+    pub fn set_guards(&mut self, storm: Vec<Storm>, max_macs: Vec<Option<u32>>, damping: Damping) {
+        self.storm = storm;
+        self.max_macs = max_macs;
+        self.damping = damping;
+        for p in 0..self.per_port.len().max(self.max_macs.len()) {
+            self.update_lock(p as u16);
+        }
+        self.publish_plan();
+    }
+
+    /// Build and publish the workers' plan from the settings in force.
+    fn publish_plan(&mut self) {
+        let plan = match &self.modes {
+            None => PortPlan::unaware(self.ports),
+            Some(m) => PortPlan::new(m, &self.fids),
+        };
+        let mut storm = self.storm.clone();
+        storm.resize(self.ports, Storm::default());
+        self.current = Arc::new(plan.with_storm(storm));
+        self.plan.publish(self.current.clone());
+    }
+
+    /// Lock `port` if it has its limit of learned MACs, unlock it otherwise.
+    fn update_lock(&self, port: u16) {
+        let n = self.per_port.get(port as usize).copied().unwrap_or(0);
+        let full = self
+            .max_macs
+            .get(port as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|max| n >= max);
+        self.locks.set(port, full);
+    }
+
+    /// Whether `port` takes no new learned MAC.
+    fn port_full(&self, port: u16) -> bool {
+        self.locks.locked(port)
+    }
+
+    /// Record a learned entry seen at `t` on `port` (counting per port).
+    fn remember(&mut self, id: Id, port: u16, t: u64) {
+        let old = self.last_seen.insert(id, (t, port)).map(|e| e.1);
+        if old == Some(port) {
+            return;
+        }
+        if self.per_port.len() <= port as usize {
+            self.per_port.resize(port as usize + 1, 0);
+        }
+        self.per_port[port as usize] += 1;
+        self.update_lock(port);
+        if let Some(o) = old {
+            self.per_port[o as usize] -= 1;
+            self.update_lock(o);
+        }
+    }
+
+    /// Forget a learned entry (not the FIB's: the caller removes that).
+    fn forget(&mut self, id: Id) {
+        if let Some((_, p)) = self.last_seen.remove(&id) {
+            self.per_port[p as usize] -= 1;
+            self.update_lock(p);
+        }
+    }
+
+    /// Learned MACs per port.
+    pub fn learned_per_port(&self) -> &[u32] {
+        &self.per_port
+    }
+
+    /// MACs pinned for flapping since the last call.
+    pub fn take_pinned(&mut self) -> Vec<Pinned> {
+        std::mem::take(&mut self.newly_pinned)
+    }
+
+    /// MACs pinned at `now_ns`.
+    pub fn pinned(&self, now_ns: u64) -> Vec<Pinned> {
+        let mut v: Vec<Pinned> = self
+            .flaps
+            .iter()
+            .filter(|(_, f)| f.pinned_until > now_ns)
+            .filter_map(|(&(vlan, mac), f)| {
+                let (_, port) = *self.last_seen.get(&(vlan, mac))?;
+                Some(Pinned {
+                    vlan,
+                    mac,
+                    port,
+                    other: port,
+                    until_ns: f.pinned_until,
+                })
+            })
+            .collect();
+        v.sort_by_key(|p| (p.vlan, p.mac.to_u64()));
+        v
     }
 
     /// The VLAN settings in force (`None`: VLAN-unaware).
@@ -172,7 +324,7 @@ impl SwitchControl {
     ) -> Result<usize, String> {
         let old_fids = self.fids.clone();
         let (plan, fids) = match &modes {
-            None => (VlanPlan::unaware(ports), FidMap::default()),
+            None => (PortPlan::unaware(ports), FidMap::default()),
             Some(m) => {
                 if m.len() != ports {
                     return Err(format!("{} port VLAN settings for {ports} ports", m.len()));
@@ -181,7 +333,7 @@ impl SwitchControl {
                 let limit = ((1usize << vlan::fid_bits(ports)) - 1).min(vlan::MAX_VID as usize);
                 let mut fids = self.fids.clone();
                 fids.assign(&vids, limit)?;
-                (VlanPlan::new(m, &fids), fids)
+                (PortPlan::new(m, &fids), fids)
             }
         };
         // Learned entries no longer valid under the new settings, removed under the old FIDs.
@@ -206,14 +358,20 @@ impl SwitchControl {
             if let Some(k) = Self::key_with(&old_fids, was_aware, v, m) {
                 self.fib.remove(k);
             }
-            self.last_seen.remove(&(v, m));
+            self.forget((v, m));
         }
         self.stats.flushed += stale.len() as u64;
         self.fids = fids;
         self.modes = modes;
-        self.ports = ports;
-        self.current = Arc::new(plan);
-        self.plan.publish(self.current.clone());
+        if self.ports != ports {
+            self.ports = ports;
+            self.locks = PortLocks::new(ports);
+            for p in 0..ports {
+                self.update_lock(p as u16);
+            }
+        }
+        drop(plan);
+        self.publish_plan();
         if !stale.is_empty() {
             self.epoch.bump();
         }
@@ -288,7 +446,7 @@ impl SwitchControl {
             self.epoch.bump();
         }
         self.statics.insert((vlan, mac), port);
-        self.last_seen.remove(&(vlan, mac));
+        self.forget((vlan, mac));
         Ok(())
     }
 
@@ -368,21 +526,67 @@ impl SwitchControl {
         };
         match self.fib.get(key) {
             Some(p) if p == e.port => {}
-            Some(_) => {
+            Some(p) => {
+                if self.damped(id, p, e.port, e.now_ns) {
+                    self.stats.move_damped += 1;
+                    return;
+                }
+                if self.port_full(e.port) {
+                    self.stats.port_limit += 1;
+                    return;
+                }
                 if self.fib.update(key, e.port).is_ok() {
                     self.stats.moved += 1;
                     self.epoch.bump();
                 }
             }
-            None => match self.fib.insert(key, e.port) {
-                Ok(_) => self.stats.learned += 1,
-                Err(_) => {
-                    self.stats.fib_full += 1;
+            None => {
+                if self.port_full(e.port) {
+                    self.stats.port_limit += 1;
                     return;
                 }
-            },
+                match self.fib.insert(key, e.port) {
+                    Ok(_) => self.stats.learned += 1,
+                    Err(_) => {
+                        self.stats.fib_full += 1;
+                        return;
+                    }
+                }
+            }
         }
-        self.last_seen.insert(id, e.now_ns);
+        self.remember(id, e.port, e.now_ns);
+    }
+
+    /// A move of `id` from port `from` to `to` at `now`: whether damping holds it back (the MAC
+    /// is pinned, or this move pins it).
+    fn damped(&mut self, id: Id, from: u16, to: u16, now: u64) -> bool {
+        let d = self.damping;
+        if d.moves == 0 {
+            return false;
+        }
+        let f = self.flaps.entry(id).or_default();
+        if f.pinned_until > now {
+            return true;
+        }
+        if now.saturating_sub(f.window_start) > d.window_ns {
+            f.window_start = now;
+            f.moves = 0;
+        }
+        f.moves += 1;
+        if f.moves <= d.moves {
+            return false;
+        }
+        f.pinned_until = now + d.hold_ns;
+        f.moves = 0;
+        self.stats.pinned += 1;
+        self.newly_pinned.push(Pinned {
+            vlan: id.0,
+            mac: id.1,
+            port: from,
+            other: to,
+            until_ns: now + d.hold_ns,
+        });
+        true
     }
 
     /// Every learned entry (not the static or preloaded ones) with its VLAN, port and the time
@@ -390,7 +594,7 @@ impl SwitchControl {
     pub fn learned(&self, now_ns: u64) -> Vec<(MacAddr, u16, u16, u64)> {
         self.last_seen
             .iter()
-            .filter_map(|(&(v, m), &t)| {
+            .filter_map(|(&(v, m), &(t, _))| {
                 let port = self.fib.get(self.key(v, m)?)?;
                 Some((m, v, port, now_ns.saturating_sub(t)))
             })
@@ -432,8 +636,7 @@ impl SwitchControl {
             }
             match self.fib.insert(key, port) {
                 Ok(_) => {
-                    self.last_seen
-                        .insert((vlan, mac), now_ns.saturating_sub(idle));
+                    self.remember((vlan, mac), port, now_ns.saturating_sub(idle));
                     restored += 1;
                 }
                 Err(_) => full += 1,
@@ -451,15 +654,20 @@ impl SwitchControl {
         let old: Vec<Id> = self
             .last_seen
             .iter()
-            .filter(|(_, &t)| now_ns.saturating_sub(t) >= aging)
+            .filter(|(_, &(t, _))| now_ns.saturating_sub(t) >= aging)
             .map(|(&id, _)| id)
             .collect();
         for &(v, m) in &old {
-            self.last_seen.remove(&(v, m));
+            self.forget((v, m));
             if let Some(k) = self.key(v, m) {
                 self.fib.remove(k);
             }
         }
+        // Move histories whose window and pin are over.
+        let window = self.damping.window_ns;
+        self.flaps.retain(|_, f| {
+            f.pinned_until > now_ns || now_ns.saturating_sub(f.window_start) <= window
+        });
         if !old.is_empty() {
             self.epoch.bump();
         }

@@ -60,6 +60,7 @@ pub mod carry;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod guard;
 pub mod metrics;
 pub mod service;
 pub mod stage;

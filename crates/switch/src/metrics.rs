@@ -205,6 +205,22 @@ impl View for SwitchView {
                 "Learned entries removed by reloads (their VLAN gone, or their port left it).",
                 st.flushed,
             ),
+            (
+                "flowplane_switch_fib_port_limit_total",
+                "New source MACs refused because their port had its limit of learned MACs (port \
+                 security).",
+                st.port_limit,
+            ),
+            (
+                "flowplane_switch_fib_move_damped_total",
+                "MAC moves ignored because the MAC was pinned for moving too often.",
+                st.move_damped,
+            ),
+            (
+                "flowplane_switch_fib_pinned_total",
+                "Times a MAC was pinned for moving between ports too often.",
+                st.pinned,
+            ),
         ] {
             e.single(name, Kind::Counter, help, v);
         }
@@ -251,6 +267,37 @@ impl View for SwitchView {
             ),
         ] {
             e.single(name, Kind::Gauge, help, v);
+        }
+        e.single(
+            "flowplane_switch_pinned_macs",
+            Kind::Gauge,
+            "MACs pinned to their port now for moving too often.",
+            p.pinned.len() as u64,
+        );
+        let name = "flowplane_switch_port_learned_macs";
+        e.family(name, Kind::Gauge, "Learned MACs on the port.");
+        for (i, n) in self.names.iter().enumerate() {
+            let v = p.per_port.get(i).map_or(0, |x| x.0);
+            e.sample(
+                name,
+                &[("port", &i.to_string()), ("interface", n)],
+                v as u64,
+            );
+        }
+        let name = "flowplane_switch_port_mac_limit";
+        e.family(
+            name,
+            Kind::Gauge,
+            "The port's limit of learned MACs (port security; ports without one are left out).",
+        );
+        for (i, n) in self.names.iter().enumerate() {
+            if let Some(max) = p.per_port.get(i).and_then(|x| x.1) {
+                e.sample(
+                    name,
+                    &[("port", &i.to_string()), ("interface", n)],
+                    max as u64,
+                );
+            }
         }
         let r = &self.restored;
         e.family(
@@ -335,6 +382,21 @@ impl View for SwitchView {
                     r.restored, r.read, r.port_gone, r.aged, r.full
                 );
             }
+        }
+        for (i, n) in self.names.iter().enumerate() {
+            if let Some(&(learned, Some(max))) = p.per_port.get(i) {
+                let _ = writeln!(
+                    s,
+                    "port security {n}: {learned} of at most {max} learned MACs"
+                );
+            }
+        }
+        for x in &p.pinned {
+            let _ = writeln!(
+                s,
+                "pinned: {} vlan {} on port {} ({}) for moving too often",
+                x.mac, x.vlan, x.port, self.names[x.port as usize]
+            );
         }
         for (st, fib) in &p.statics {
             let vlan = match p.vlans {

@@ -9,7 +9,7 @@
 
 use crate::carry::{self, Learned, Restored};
 use crate::config::SwitchConfig;
-use crate::controller::{learn_queue, ControlStats, Static, SwitchControl};
+use crate::controller::{learn_queue, ControlStats, Pinned, Static, SwitchControl};
 use crate::metrics::SwitchView;
 use crate::stage::{Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker, VlanCounters};
 use crate::vlan::PortVlans;
@@ -52,6 +52,10 @@ pub(crate) struct Published {
     pub(crate) aging: Duration,
     /// Configuration generation: 1 at start, one more per reload applied.
     pub(crate) generation: u64,
+    /// Learned MACs per port, and each port's limit.
+    pub(crate) per_port: Vec<(u32, Option<u32>)>,
+    /// MACs pinned for moving too often.
+    pub(crate) pinned: Vec<Pinned>,
 }
 
 /// What a worker shares with the metrics reader.
@@ -114,6 +118,16 @@ fn restore_learned(ctl: &mut SwitchControl, cfg: &SwitchConfig) -> Restored {
     r
 }
 
+/// Learned MACs per port with each port's limit.
+fn per_port(ctl: &SwitchControl, cfg: &SwitchConfig) -> Vec<(u32, Option<u32>)> {
+    (0..cfg.ports.len())
+        .map(|p| {
+            let n = ctl.learned_per_port().get(p).copied().unwrap_or(0);
+            (n, cfg.max_macs.get(p).copied().flatten())
+        })
+        .collect()
+}
+
 /// The static entries with what the FIB says for each (for the status page).
 fn statics_in_fib(ctl: &SwitchControl) -> Vec<(Static, Option<u16>)> {
     ctl.statics()
@@ -140,6 +154,7 @@ impl SwitchService {
         let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
         ctl.set_vlans(nports, cfg.vlans.clone())
             .map_err(|e| anyhow::anyhow!("port VLANs: {e}"))?;
+        ctl.set_guards(cfg.storm.clone(), cfg.max_macs.clone(), cfg.damping);
         let t = Instant::now();
         ctl.load(&cfg.preload, &cfg.statics)?;
         let restored = restore_learned(&mut ctl, &cfg);
@@ -159,6 +174,8 @@ impl SwitchService {
             learned_per_vlan: ctl.learned_per_vlan(),
             aging: cfg.aging,
             generation: 1,
+            per_port: per_port(&ctl, &cfg),
+            pinned: Vec::new(),
         }));
         let age_every = (cfg.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Ok(SwitchService {
@@ -185,6 +202,8 @@ impl SwitchService {
             learned_per_vlan: self.ctl.learned_per_vlan(),
             aging: self.cfg.aging,
             generation: self.generation,
+            per_port: per_port(&self.ctl, &self.cfg),
+            pinned: self.ctl.pinned(fp_engine::sys::monotonic_ns()),
         };
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
@@ -206,6 +225,8 @@ impl SwitchService {
             anyhow::bail!("static: {e}");
         }
         self.ctl.set_aging(new.aging_ns());
+        self.ctl
+            .set_guards(new.storm.clone(), new.max_macs.clone(), new.damping);
         self.age_every = (new.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let preload = std::mem::take(&mut self.cfg.preload);
         self.cfg = new;
@@ -253,7 +274,9 @@ impl Service for SwitchService {
             self.cfg.aging_ns(),
         );
         sw.set_gather(self.cfg.gather);
-        sw.set_vlans(self.ctl.vlan_plan());
+        sw.set_workers(setup.workers);
+        sw.set_locks(self.ctl.port_locks());
+        sw.set_plan(self.ctl.port_plan());
         if self.cfg.fib_cache > 0 {
             sw.set_cache(self.cfg.fib_cache, self.ctl.epoch(), 0x5eed ^ w as u64)
                 .context("the FIB cache")?;
@@ -344,6 +367,21 @@ impl Service for SwitchService {
                 log(format_args!("aged out {aged} FIB entries"));
                 changed = true;
             }
+        }
+        for p in self.ctl.take_pinned() {
+            let vlan = match p.vlan {
+                0 => String::new(),
+                v => format!(" in VLAN {v}"),
+            };
+            log(format_args!(
+                "MAC {}{vlan} moves between ports {} and {} too often: pinned to {} for {:?}",
+                p.mac,
+                self.cfg.ports[p.port as usize],
+                self.cfg.ports[p.other as usize],
+                self.cfg.ports[p.port as usize],
+                Duration::from_nanos(self.cfg.damping.hold_ns)
+            ));
+            changed = true;
         }
         if changed {
             self.publish();

@@ -19,7 +19,8 @@
 //! by learning and never age.
 
 use crate::controller::FibEpoch;
-use crate::vlan::{self, VlanDrop, VlanPlan};
+use crate::guard::{Kind, PortLocks, StormBuckets};
+use crate::vlan::{self, PortPlan, VlanDrop};
 use fp_cuckoo::{CompactReader, Prefetch};
 use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
@@ -130,6 +131,14 @@ counters! {
     vlan_truncated => "drop_vlan_truncated",
     /// Frames dropped: their FIB entry names a port outside their VLAN (changed by a reload).
     vlan_egress => "drop_vlan_egress",
+    /// Broadcast frames dropped by their port's storm control.
+    storm_broadcast => "drop_storm_broadcast",
+    /// Multicast frames dropped by their port's storm control.
+    storm_multicast => "drop_storm_multicast",
+    /// Unknown-unicast frames dropped by their port's storm control.
+    storm_unknown_unicast => "drop_storm_unknown_unicast",
+    /// Frames dropped: a source MAC new to a port that has its limit of learned MACs.
+    port_security => "drop_port_security",
     /// Flood copies dropped: no packet buffer for the copy.
     no_buffer => "drop_no_buffer",
     /// Learn events sent to the FIB writer.
@@ -199,11 +208,15 @@ pub struct SwitchWorker {
     flooded: Arc<[Counter]>,
     /// The VLAN settings (none: VLAN-unaware), picked up between bursts when a reload changes
     /// them.
-    vlans: Option<Cached<VlanPlan>>,
+    vlans: Option<Cached<PortPlan>>,
     /// VLAN word of every held frame (VLAN-aware only): id, [`TAGGED`], or [`DROPPED`].
     vl: Vec<u16>,
     /// Frames received and flooded per VLAN id (VLAN-aware only).
     per_vlan: Arc<VlanCounters>,
+    /// Storm control's token buckets.
+    storm: StormBuckets,
+    /// Ports that take no new source MAC (port security), if set.
+    locks: Option<PortLocks>,
 }
 
 /// Frames received and flooded per VLAN id, written by one worker.
@@ -255,17 +268,31 @@ impl SwitchWorker {
             vlans: None,
             vl: Vec::with_capacity(64),
             per_vlan: Arc::new(VlanCounters::default()),
+            storm: StormBuckets::new(ports as usize, 1),
+            locks: None,
         }
+    }
+
+    /// Share the ports' storm-control rates with `workers` workers in all (each admits its
+    /// share).
+    pub fn set_workers(&mut self, workers: usize) {
+        self.storm = StormBuckets::new(self.ports as usize, workers);
+    }
+
+    /// Drop frames from source MACs new to a port that `locks` says is full (port security;
+    /// the FIB writer's [`crate::controller::SwitchControl::port_locks`]).
+    pub fn set_locks(&mut self, locks: PortLocks) {
+        self.locks = Some(locks);
     }
 
     /// Follow `plan` for VLANs ([`crate::vlan`]): the worker picks up a new plan between the
     /// frames it holds, so no frame is classified by one plan and sent by another.
-    pub fn set_vlans(&mut self, plan: Arc<Published<VlanPlan>>) {
+    pub fn set_plan(&mut self, plan: Arc<Published<PortPlan>>) {
         self.vlans = Some(Cached::new(plan));
     }
 
     /// The VLAN settings in force, if VLAN-aware.
-    pub fn vlans(&self) -> Option<&VlanPlan> {
+    pub fn vlans(&self) -> Option<&PortPlan> {
         self.vlans
             .as_ref()
             .map(|c| &**c.get())
@@ -556,7 +583,8 @@ impl SwitchWorker {
         let (mut forwarded, mut filtered) = (0u64, 0u64);
         let ports = self.ports;
         let vlans = self.vlans.take();
-        let plan = vlans.as_ref().map(|c| &**c.get()).filter(|p| p.aware());
+        let ports_plan = vlans.as_ref().map(|c| &**c.get());
+        let plan = ports_plan.filter(|p| p.aware());
         let vl = std::mem::take(&mut self.vl);
         for (i, mut p) in held.drain(..).enumerate() {
             let (d, s, in_port) = (dst[i], src[i], held_in[i]);
@@ -581,6 +609,15 @@ impl SwitchWorker {
             };
             if is_group(s) {
                 self.stats.bad_source.inc();
+                pool.put(p);
+                continue;
+            }
+            // Port security: a port with its limit of learned MACs takes no new source.
+            if self.learning
+                && seen[i] != Some(in_port)
+                && self.locks.as_ref().is_some_and(|l| l.locked(in_port))
+            {
+                self.stats.port_security.inc();
                 pool.put(p);
                 continue;
             }
@@ -614,6 +651,22 @@ impl SwitchWorker {
                 }
                 (group, _) => {
                     // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
+                    if let Some(limits) = ports_plan.and_then(|pp| pp.storm(in_port)) {
+                        let kind = match (group, d & fp_cuckoo::COMPACT_MAX_KEY) {
+                            (false, _) => Kind::UnknownUnicast,
+                            (true, 0xffff_ffff_ffff) => Kind::Broadcast,
+                            (true, _) => Kind::Multicast,
+                        };
+                        if !self.storm.admit(limits, in_port, kind, now_ns) {
+                            match kind {
+                                Kind::Broadcast => self.stats.storm_broadcast.inc(),
+                                Kind::Multicast => self.stats.storm_multicast.inc(),
+                                Kind::UnknownUnicast => self.stats.storm_unknown_unicast.inc(),
+                            }
+                            pool.put(p);
+                            continue;
+                        }
+                    }
                     if !group {
                         self.stats.unknown_unicast.inc();
                     }
@@ -685,7 +738,7 @@ impl SwitchWorker {
     #[allow(clippy::too_many_arguments)]
     fn flood_vlan(
         &self,
-        plan: &VlanPlan,
+        plan: &PortPlan,
         in_port: u16,
         vid: u16,
         tagged: bool,
@@ -749,7 +802,7 @@ impl SwitchWorker {
 
 /// Give `p` (VLAN `vid`, `tagged` as received) the form `port` sends it in.
 #[inline]
-fn shape(plan: &VlanPlan, port: u16, vid: u16, tagged: bool, p: &mut Packet) {
+fn shape(plan: &PortPlan, port: u16, vid: u16, tagged: bool, p: &mut Packet) {
     let (start, len) = (p.start(), p.len());
     let (s, l) = plan.egress(port, vid, tagged, p.buffer(), start, len);
     if (s, l) != (start, len) {
@@ -804,7 +857,7 @@ impl Tracer {
     /// Look for probes in a received burst (cheap per frame: a length test for short frames, the
     /// parser and a 16-byte compare for long ones).
     #[inline]
-    fn scan(&mut self, rx: &[Packet], port: u16, vlans: Option<&VlanPlan>) {
+    fn scan(&mut self, rx: &[Packet], port: u16, vlans: Option<&PortPlan>) {
         self.n = 0;
         for p in rx {
             if let Some(id) = probe_id(p.data()) {
@@ -815,7 +868,7 @@ impl Tracer {
 
     #[cold]
     #[inline(never)]
-    fn found_probe(&mut self, id: u64, d: &[u8], port: u16, vlans: Option<&VlanPlan>) {
+    fn found_probe(&mut self, id: u64, d: &[u8], port: u16, vlans: Option<&PortPlan>) {
         if self.n < MAX_PROBES {
             let mac = |r: std::ops::Range<usize>| {
                 MacAddr(
@@ -1383,7 +1436,7 @@ mod tests {
         ];
         c.set_vlans(4, Some(modes)).unwrap();
         let mut w = SwitchWorker::new(fr, 4, ltx, aging);
-        w.set_vlans(c.vlan_plan());
+        w.set_plan(c.port_plan());
         Sw {
             w,
             c,
@@ -1537,6 +1590,117 @@ mod tests {
         let e = big.set_vlans(ports, Some(two)).unwrap_err();
         assert!(e.contains("room for"), "{e}");
         assert!(big.vlan_modes().is_none());
+    }
+
+    #[test]
+    fn port_security_stops_a_mac_flood_at_the_port_limit() {
+        use crate::guard::{Damping, Storm};
+        let mut s = Sw::new(3);
+        s.c.set_vlans(3, None).unwrap();
+        s.c.set_guards(
+            vec![Storm::default(); 3],
+            vec![Some(3), None, None],
+            Damping::default(),
+        );
+        s.w.set_locks(s.c.port_locks());
+        // Host B on port 1 is known; a flood of new sources on port 0.
+        s.send(1, frame(BCAST, B), 1);
+        let mut delivered = 0;
+        // Sources far from A, B and C.
+        let src = |i: u64| plus(A, 0x1000 + i);
+        for i in 0..20 {
+            delivered += s.send(0, frame(B, src(i)), 2 + i).len();
+        }
+        assert_eq!(delivered, 3, "only the first 3 sources got through");
+        assert_eq!(s.c.learned_per_port()[0], 3);
+        assert_eq!(s.w.stats().port_security.get(), 17);
+        // The sources learned before the limit still talk; B still reaches them; other ports
+        // learn as before.
+        assert_eq!(s.send(0, frame(B, src(1)), 30), vec![1]);
+        assert_eq!(s.send(1, frame(src(2), B), 31), vec![0]);
+        assert_eq!(s.send(2, frame(B, C), 32), vec![1]);
+        assert_eq!(s.c.lookup(C), Some(2));
+        // They age out: the port takes new sources again.
+        s.c.set_aging(10);
+        assert_eq!(s.c.age(1_005), 5);
+        assert_eq!(s.c.learned_per_port(), [0, 0, 0]);
+        // (B aged out too: flooded.)
+        assert_eq!(s.send(0, frame(B, src(7)), 1_006), vec![1, 2]);
+        assert_eq!(s.c.lookup(src(7)), Some(0));
+    }
+
+    #[test]
+    fn a_flapping_mac_is_pinned_and_reported() {
+        use crate::guard::{Damping, Storm};
+        let mut s = Sw::new(3);
+        s.c.set_vlans(3, None).unwrap();
+        let damping = Damping {
+            moves: 5,
+            window_ns: 1_000_000_000,
+            hold_ns: 30_000_000_000,
+        };
+        s.c.set_guards(vec![Storm::default(); 3], vec![None; 3], damping);
+        s.send(0, frame(BCAST, A), 1);
+        // A moves between ports 0 and 1 every millisecond.
+        for i in 1..=20u64 {
+            s.send((i % 2) as u16, frame(BCAST, A), 1 + i * 1_000_000);
+        }
+        let st = s.c.stats();
+        assert_eq!(st.moved, 5, "5 moves allowed within the window");
+        assert_eq!(st.pinned, 1);
+        // Every later move is held back: the frames on port 0 (on port 1, A is where the FIB
+        // says, so no event).
+        assert_eq!(st.move_damped, 8);
+        // Pinned where it was after its 5th move (port 1), and reported once.
+        assert_eq!(s.c.lookup(A), Some(1));
+        let p = s.c.take_pinned();
+        assert_eq!((p.len(), p[0].mac, p[0].port, p[0].other), (1, A, 1, 0));
+        assert!(s.c.take_pinned().is_empty());
+        assert_eq!(s.c.pinned(2_000_000_000).len(), 1);
+        // After the hold, A may move again.
+        s.send(0, frame(BCAST, A), 40_000_000_000);
+        assert_eq!(s.c.lookup(A), Some(0));
+        assert!(s.c.pinned(40_000_000_000).is_empty());
+    }
+
+    #[test]
+    fn storm_control_cuts_floods_per_port_and_kind() {
+        use crate::guard::{Damping, Storm};
+        let mut s = Sw::new(3);
+        s.c.set_vlans(3, None).unwrap();
+        let limit = Storm {
+            broadcast: 100,
+            multicast: 0,
+            unknown_unicast: 50,
+        };
+        s.c.set_guards(
+            vec![limit, Storm::default(), Storm::default()],
+            vec![None; 3],
+            Damping::default(),
+        );
+        s.w.set_plan(s.c.port_plan());
+        let mcast = MacAddr::from_u64(0x0100_5e00_0001);
+        let unknown = plus(C, 1 << 20);
+        let (mut b, mut m, mut u) = (0, 0, 0);
+        // 200 frames of each kind in 100 ms: 10 + 10 broadcasts and 5 + 5 unknown unicasts pass
+        // (a tenth of a second's burst plus the rate), every multicast.
+        for i in 0..200u64 {
+            let t = 1 + i * 500_000;
+            b += !s.send(0, frame(BCAST, A), t).is_empty() as u32;
+            m += !s.send(0, frame(mcast, A), t).is_empty() as u32;
+            u += !s.send(0, frame(unknown, A), t).is_empty() as u32;
+        }
+        assert!((19..=21).contains(&b), "{b} broadcasts passed");
+        assert_eq!(m, 200);
+        assert!((9..=11).contains(&u), "{u} unknown unicasts passed");
+        let st = s.w.stats();
+        assert_eq!(st.storm_broadcast.get(), 200 - b as u64);
+        assert_eq!(st.storm_unknown_unicast.get(), 200 - u as u64);
+        // Another port has no limit.
+        let passed = (0..200u64)
+            .filter(|&i| !s.send(1, frame(BCAST, B), 1 + i).is_empty())
+            .count();
+        assert_eq!(passed, 200);
     }
 
     #[test]

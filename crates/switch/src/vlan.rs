@@ -21,7 +21,8 @@
 //! A switch without VLAN settings is VLAN-unaware, like a Linux bridge without `vlan_filtering`:
 //! every frame, tagged or not, is switched by its MAC alone (FID 0) and leaves as it came.
 //!
-//! [`VlanPlan`] is what the workers read: immutable, replaced as a whole on reload.
+//! [`PortPlan`] is what the workers read about the ports — their VLANs, and the storm-control
+//! limits of `crate::guard` — immutable, replaced as a whole on reload.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -168,10 +169,13 @@ pub struct Ingress {
     pub tagged: bool,
 }
 
-/// What the workers read: per port its VLANs, per VLAN its FID and member ports.
+/// What the workers read: per port its VLANs and storm limits, per VLAN its FID and member ports.
 #[derive(Debug)]
-pub struct VlanPlan {
+pub struct PortPlan {
     aware: bool,
+    /// Per port, the storm-control limits; `storm_on` if any is set.
+    storm: Vec<crate::guard::Storm>,
+    storm_on: bool,
     /// Per port: the VLAN of untagged frames, 0 if none.
     pvid: Vec<u16>,
     /// Per port: membership bitmap over VLAN ids.
@@ -184,11 +188,13 @@ pub struct VlanPlan {
     modes: Vec<Option<PortVlans>>,
 }
 
-impl VlanPlan {
+impl PortPlan {
     /// A VLAN-unaware switch of `ports` ports: every frame in FID 0, frames leave as they came.
-    pub fn unaware(ports: usize) -> VlanPlan {
-        VlanPlan {
+    pub fn unaware(ports: usize) -> PortPlan {
+        PortPlan {
             aware: false,
+            storm: vec![Default::default(); ports],
+            storm_on: false,
             pvid: vec![0; ports],
             member: vec![[0; 64]; ports],
             fid: vec![0; 4096].into_boxed_slice(),
@@ -199,9 +205,9 @@ impl VlanPlan {
 
     /// The plan for `modes` (one per port), with the FIDs of `fids` (which must map every
     /// member VLAN: [`FidMap::assign`] first).
-    pub fn new(modes: &[PortVlans], fids: &FidMap) -> VlanPlan {
+    pub fn new(modes: &[PortVlans], fids: &FidMap) -> PortPlan {
         let n = modes.len();
-        let mut plan = VlanPlan::unaware(n);
+        let mut plan = PortPlan::unaware(n);
         plan.aware = true;
         for (p, m) in modes.iter().enumerate() {
             plan.pvid[p] = m.untagged().unwrap_or(0);
@@ -213,6 +219,23 @@ impl VlanPlan {
             plan.modes[p] = Some(m.clone());
         }
         plan
+    }
+
+    /// The plan with these storm-control limits (one per port).
+    pub fn with_storm(mut self, storm: Vec<crate::guard::Storm>) -> PortPlan {
+        self.storm_on = storm.iter().any(crate::guard::Storm::any);
+        self.storm = storm;
+        self
+    }
+
+    /// The storm-control limits of `port`, if any port has some.
+    #[inline(always)]
+    pub fn storm(&self, port: u16) -> Option<&crate::guard::Storm> {
+        if self.storm_on {
+            self.storm.get(port as usize)
+        } else {
+            None
+        }
     }
 
     /// Whether the switch is VLAN-aware.
@@ -345,7 +368,7 @@ mod tests {
         f
     }
 
-    fn plan() -> (VlanPlan, FidMap) {
+    fn plan() -> (PortPlan, FidMap) {
         let modes = [
             PortVlans::Access(10),
             PortVlans::Access(20),
@@ -361,7 +384,7 @@ mod tests {
         let mut fids = FidMap::default();
         let vids = modes.iter().flat_map(PortVlans::members).collect();
         fids.assign(&vids, 4096).unwrap();
-        (VlanPlan::new(&modes, &fids), fids)
+        (PortPlan::new(&modes, &fids), fids)
     }
 
     #[test]
@@ -387,12 +410,12 @@ mod tests {
         assert_eq!(p.ports_of(10), [0, 2, 3]);
         assert_eq!(p.ports_of(20), [1, 2, 3]);
         assert!(p.ports_of(30).is_empty());
-        let u = VlanPlan::unaware(4);
+        let u = PortPlan::unaware(4);
         assert_eq!(u.classify(1, &frame(Some(77))), ing(0, 0, false));
     }
 
     /// The frame as `port` sends it.
-    fn out(p: &VlanPlan, port: u16, vid: u16, f: &[u8]) -> Vec<u8> {
+    fn out(p: &PortPlan, port: u16, vid: u16, f: &[u8]) -> Vec<u8> {
         let tagged = u16::from_be_bytes([f[12], f[13]]) == TPID;
         let mut buf = vec![0u8; 64 + f.len() + 8];
         buf[64..64 + f.len()].copy_from_slice(f);
@@ -418,7 +441,7 @@ mod tests {
         // A priority tag gets the VLAN id, the priority bits stay.
         assert_eq!(out(&p, 2, 10, &frame(Some(0xa000))), frame(Some(0xa00a)));
         // Unaware: untouched.
-        let u = VlanPlan::unaware(4);
+        let u = PortPlan::unaware(4);
         assert_eq!(out(&u, 2, 0, &frame(Some(10))), frame(Some(10)));
     }
 
