@@ -28,7 +28,9 @@ dpkg -s flowplane | grep -q '^Status: install ok installed' || fail "not install
 
 for f in /usr/bin/flowplane /usr/lib/systemd/system/flowplane.service /etc/default/flowplane \
          /etc/flowplane/flowplane.toml /usr/share/flowplane/grafana/flowplane.json \
-         /usr/share/doc/flowplane/operations.md; do
+         /usr/share/doc/flowplane/operations.md /usr/lib/systemd/system/flowplane-switch.service \
+         /etc/default/flowplane-switch /etc/flowplane/switch.toml \
+         /usr/share/doc/flowplane/switch-configuration.md; do
   [ -e "$f" ] || fail "$f missing from the package"
 done
 [ "$(stat -c %a /etc/flowplane/flowplane.toml)" = 600 ] \
@@ -40,15 +42,19 @@ dpkg-query -W -f='${Conffiles}\n' flowplane | grep -q /etc/flowplane/flowplane.t
 cd /
 flowplane --version
 flowplane check --config /etc/flowplane/flowplane.toml >/dev/null
+flowplane check --config /etc/flowplane/switch.toml | grep -q "^switch: 2 ports" \
+  || fail "flowplane check does not read the packaged switch configuration"
 out=$(flowplane demo --packets 300000 --workers 2)
 echo "$out" | tail -n 12
 echo "$out" | grep -q "^per backend" || fail "the demo printed no per-backend shares"
 
-# systemd's parser accepts the installed unit (its binary now exists).
-verify=$(systemd-analyze verify /usr/lib/systemd/system/flowplane.service 2>&1 || true)
-if echo "$verify" | grep -q 'flowplane.service'; then
-  fail "systemd-analyze verify: $verify"
-fi
+# systemd's parser accepts the installed units (their binary now exists).
+for unit in flowplane.service flowplane-switch.service; do
+  verify=$(systemd-analyze verify "/usr/lib/systemd/system/$unit" 2>&1 || true)
+  if echo "$verify" | grep -q "$unit"; then
+    fail "systemd-analyze verify: $verify"
+  fi
+done
 
 # An upgrade (the same package again: dpkg runs postinst "configure <old version>") leaves the
 # configuration and the state directory alone; with no running service it restarts nothing.
