@@ -80,6 +80,8 @@ pub struct SwitchConfig {
     pub max_macs: Vec<Option<u32>>,
     /// MAC-move damping.
     pub damping: Damping,
+    /// The spanning tree (none: off; link-local frames, BPDUs included, are dropped).
+    pub stp: Option<StpSettings>,
     /// The file the settings came from (what a reload reads again), if any.
     pub file: Option<PathBuf>,
     /// Entries preloaded from a FIB file.
@@ -98,6 +100,23 @@ pub struct SwitchConfig {
     /// Where the learned entries are kept across a restart (`--state-dir`, else the service's
     /// state directory).
     pub state_dir: std::path::PathBuf,
+}
+
+/// The spanning tree's settings (`[stp]` and the ports' `stp_*`, `edge` keys).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StpSettings {
+    /// Bridge priority (0 to 61440 in steps of 4096).
+    pub priority: u16,
+    /// Hello time, max age, forward delay (s).
+    pub hello: u16,
+    /// Max age (s).
+    pub max_age: u16,
+    /// Forward delay (s).
+    pub forward_delay: u16,
+    /// Speak only 802.1D.
+    pub force_stp: bool,
+    /// Per port: path cost, port priority, edge.
+    pub ports: Vec<(u32, u8, bool)>,
 }
 
 /// Frames a worker gathers for one lookup by default: eight receive bursts, the lookup call
@@ -161,6 +180,7 @@ impl SwitchConfig {
             storm: vec![Storm::default(); nports],
             max_macs: vec![None; nports],
             damping: Damping::default(),
+            stp: None,
             statics,
             file: None,
             preload,
@@ -323,6 +343,7 @@ impl SwitchConfig {
         } else if let Some(i) = raw.port.iter().position(|p| p.native.is_some()) {
             return Err(invalid(format!("port[{i}].native"), "needs `trunk`"));
         }
+        cfg.stp = stp_settings(raw.stp.as_ref(), &raw.port)?;
         let mut seen = HashSet::new();
         for (i, st) in raw.statics.iter().enumerate() {
             let field = |f: &str| format!("static[{i}].{f}");
@@ -481,6 +502,25 @@ impl SwitchConfig {
                 );
             }
         }
+        if let Some(t) = &self.stp {
+            let _ = writeln!(
+                s,
+                "spanning tree: {}, bridge priority {}, hello {} s, max age {} s, forward delay {} s",
+                if t.force_stp { "802.1D STP" } else { "RSTP (802.1D for STP neighbours)" },
+                t.priority,
+                t.hello,
+                t.max_age,
+                t.forward_delay
+            );
+            for (i, &(cost, prio, edge)) in t.ports.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "stp port {}: cost {cost}, priority {prio}{}",
+                    self.ports[i],
+                    if edge { ", edge" } else { "" }
+                );
+            }
+        }
         for st in &self.statics {
             let _ = writeln!(
                 s,
@@ -513,6 +553,8 @@ impl SwitchConfig {
             Some("switch.state_dir")
         } else if self.preload != new.preload {
             Some("switch.fib")
+        } else if self.stp != new.stp {
+            Some("stp (and the ports' stp_cost, stp_priority, edge)")
         } else {
             None
         }
@@ -533,6 +575,112 @@ fn rename_option(e: ConfigError, ports: &str, section: &str) -> ConfigError {
         }
         other => other,
     }
+}
+
+/// The spanning tree's settings from `[stp]` and the ports (none without `[stp]`).
+fn stp_settings(
+    raw: Option<&RawStp>,
+    ports: &[RawPort],
+) -> Result<Option<StpSettings>, ConfigError> {
+    let Some(r) = raw else {
+        if let Some(i) = ports
+            .iter()
+            .position(|p| p.stp_cost.is_some() || p.stp_priority.is_some() || p.edge.is_some())
+        {
+            return Err(invalid(
+                format!("port[{i}]"),
+                "stp_cost, stp_priority and edge need an [stp] section",
+            ));
+        }
+        return Ok(None);
+    };
+    if r.enabled == Some(false) {
+        return Ok(None);
+    }
+    let priority = r.priority.unwrap_or(32768);
+    if priority > 61440 || priority % 4096 != 0 {
+        return Err(invalid(
+            "stp.priority",
+            format!("{priority} is not a bridge priority (0 to 61440 in steps of 4096)"),
+        ));
+    }
+    let (hello, max_age, fd) = (
+        r.hello_secs.unwrap_or(2),
+        r.max_age_secs.unwrap_or(20),
+        r.forward_delay_secs.unwrap_or(15),
+    );
+    if !(1..=10).contains(&hello) {
+        return Err(invalid(
+            "stp.hello_secs",
+            format!("{hello} is not in 1..=10"),
+        ));
+    }
+    if !(6..=40).contains(&max_age) {
+        return Err(invalid(
+            "stp.max_age_secs",
+            format!("{max_age} is not in 6..=40"),
+        ));
+    }
+    if !(4..=30).contains(&fd) {
+        return Err(invalid(
+            "stp.forward_delay_secs",
+            format!("{fd} is not in 4..=30"),
+        ));
+    }
+    // 802.1D's consistency rule: 2 (forward delay - 1) >= max age >= 2 (hello + 1).
+    if 2 * (fd - 1) < max_age || max_age < 2 * (hello + 1) {
+        return Err(invalid(
+            "stp.max_age_secs",
+            format!(
+                "max age {max_age} must be between 2 x (hello + 1) = {} and 2 x (forward delay - \
+                 1) = {}",
+                2 * (hello + 1),
+                2 * (fd - 1)
+            ),
+        ));
+    }
+    let force_stp = match r.version.as_deref() {
+        None | Some("rstp") => false,
+        Some("stp") => true,
+        Some(v) => {
+            return Err(invalid(
+                "stp.version",
+                format!("{v:?}: expected \"rstp\" or \"stp\""),
+            ))
+        }
+    };
+    if ports.len() > 4095 {
+        return Err(invalid(
+            "port",
+            "the spanning tree numbers at most 4095 ports",
+        ));
+    }
+    let mut out = Vec::with_capacity(ports.len());
+    for (i, p) in ports.iter().enumerate() {
+        let cost = p.stp_cost.unwrap_or(20_000);
+        if !(1..=200_000_000).contains(&cost) {
+            return Err(invalid(
+                format!("port[{i}].stp_cost"),
+                format!("{cost} is not in 1..=200000000"),
+            ));
+        }
+        let prio = p.stp_priority.unwrap_or(128);
+        if prio > 240 || prio % 16 != 0 {
+            return Err(invalid(
+                format!("port[{i}].stp_priority"),
+                format!("{prio} is not a port priority (0 to 240 in steps of 16)"),
+            ));
+        }
+        out.push((cost, prio as u8, p.edge.unwrap_or(false)));
+    }
+    Ok(Some(StpSettings {
+        priority,
+        hello,
+        max_age,
+        forward_delay: fd,
+        force_stp,
+        ports: out,
+    }))
 }
 
 fn port_vlans(i: usize, p: &RawPort) -> Result<PortVlans, ConfigError> {
@@ -617,6 +765,20 @@ struct RawPort {
     storm_broadcast: Option<u32>,
     storm_multicast: Option<u32>,
     storm_unknown_unicast: Option<u32>,
+    stp_cost: Option<u32>,
+    stp_priority: Option<u16>,
+    edge: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStp {
+    enabled: Option<bool>,
+    priority: Option<u16>,
+    hello_secs: Option<u16>,
+    max_age_secs: Option<u16>,
+    forward_delay_secs: Option<u16>,
+    version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -642,6 +804,7 @@ struct RawFile {
     port: Vec<RawPort>,
     #[serde(default, rename = "static")]
     statics: Vec<RawStatic>,
+    stp: Option<RawStp>,
 }
 
 /// `MAC=PORT` with PORT an index or one of `ports`.
@@ -1005,6 +1168,60 @@ mod tests {
             e.starts_with("static[0].vlan: port up has no untagged VLAN"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn spanning_tree_settings_are_checked() {
+        let base =
+            "[[port]]\ninterface = \"a\"\nedge = true\n[[port]]\ninterface = \"b\"\nstp_cost = 4\n";
+        let with = |stp: &str| format!("[stp]\n{stp}\n{base}");
+        let c = SwitchConfig::from_toml(&with(
+            "priority = 4096\nforward_delay_secs = 4\nmax_age_secs = 6",
+        ))
+        .unwrap();
+        let t = c.stp.unwrap();
+        assert_eq!(
+            (t.priority, t.hello, t.max_age, t.forward_delay),
+            (4096, 2, 6, 4)
+        );
+        assert_eq!(t.ports, vec![(20_000, 128, true), (4, 128, false)]);
+        assert!(!t.force_stp);
+        assert!(
+            SwitchConfig::from_toml(&with("version = \"stp\""))
+                .unwrap()
+                .stp
+                .unwrap()
+                .force_stp
+        );
+        assert!(SwitchConfig::from_toml(&with("enabled = false"))
+            .unwrap()
+            .stp
+            .is_none());
+        for (stp, want) in [
+            (
+                "priority = 1000",
+                "stp.priority: 1000 is not a bridge priority",
+            ),
+            (
+                "forward_delay_secs = 4",
+                "stp.max_age_secs: max age 20 must be between",
+            ),
+            ("hello_secs = 0", "stp.hello_secs"),
+            ("version = \"mstp\"", "stp.version"),
+            ("bogus = 1", "configuration: unknown field `bogus`"),
+        ] {
+            let e = SwitchConfig::from_toml(&with(stp)).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{want:?}: got {e:?}");
+        }
+        let e = SwitchConfig::from_toml(base).unwrap_err().to_string();
+        assert!(
+            e.starts_with("port[0]: stp_cost, stp_priority and edge need an [stp]"),
+            "{e}"
+        );
+        let e = SwitchConfig::from_toml(&with("").replace("stp_cost = 4", "stp_priority = 100"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("port[1].stp_priority"), "{e}");
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct ControlStats {
     pub move_damped: u64,
     /// Times a MAC was pinned for moving too often.
     pub pinned: u64,
+    /// Learned entries removed by spanning-tree topology changes.
+    pub topology_flushed: u64,
 }
 
 /// A MAC's recent moves, for damping.
@@ -151,6 +153,8 @@ pub struct SwitchControl {
     max_macs: Vec<Option<u32>>,
     locks: PortLocks,
     storm: Vec<Storm>,
+    /// The spanning tree's port states (none: no spanning tree).
+    stp: Option<Vec<crate::stp::State>>,
     damping: Damping,
     flaps: HashMap<Id, Flaps>,
     /// MACs pinned since the service last asked ([`SwitchControl::take_pinned`]).
@@ -185,6 +189,7 @@ impl SwitchControl {
             max_macs: Vec::new(),
             locks: PortLocks::new(0),
             storm: Vec::new(),
+            stp: None,
             damping: Damping::default(),
             flaps: HashMap::new(),
             newly_pinned: Vec::new(),
@@ -230,8 +235,39 @@ impl SwitchControl {
         };
         let mut storm = self.storm.clone();
         storm.resize(self.ports, Storm::default());
-        self.current = Arc::new(plan.with_storm(storm));
+        self.current = Arc::new(plan.with_storm(storm).with_stp(self.stp.clone()));
         self.plan.publish(self.current.clone());
+    }
+
+    /// Apply the spanning tree's port states (`None`: no spanning tree, every port forwards):
+    /// the workers get them with the rest of the port plan, all at once.
+    pub fn set_stp_states(&mut self, states: Option<Vec<crate::stp::State>>) {
+        if self.stp != states {
+            self.stp = states;
+            self.publish_plan();
+        }
+    }
+
+    /// Remove the learned entries of every port but `keep` (`None`: of every port), as a
+    /// spanning-tree topology change asks. Returns how many.
+    pub fn flush_except(&mut self, keep: Option<u16>) -> usize {
+        let gone: Vec<Id> = self
+            .last_seen
+            .iter()
+            .filter(|(_, &(_, port))| Some(port) != keep)
+            .map(|(&id, _)| id)
+            .collect();
+        for &(v, m) in &gone {
+            self.forget((v, m));
+            if let Some(k) = self.key(v, m) {
+                self.fib.remove(k);
+            }
+        }
+        if !gone.is_empty() {
+            self.epoch.bump();
+        }
+        self.stats.topology_flushed += gone.len() as u64;
+        gone.len()
     }
 
     /// Lock `port` if it has its limit of learned MACs, unlock it otherwise.

@@ -64,4 +64,5 @@ pub mod guard;
 pub mod metrics;
 pub mod service;
 pub mod stage;
+pub mod stp;
 pub mod vlan;

@@ -217,6 +217,11 @@ impl View for SwitchView {
                 st.move_damped,
             ),
             (
+                "flowplane_switch_fib_topology_flushed_total",
+                "Learned entries removed by spanning-tree topology changes.",
+                st.topology_flushed,
+            ),
+            (
                 "flowplane_switch_fib_pinned_total",
                 "Times a MAC was pinned for moving between ports too often.",
                 st.pinned,
@@ -267,6 +272,9 @@ impl View for SwitchView {
             ),
         ] {
             e.single(name, Kind::Gauge, help, v);
+        }
+        if let Some(t) = &p.stp {
+            stp_metrics(e, &self.names, t);
         }
         e.single(
             "flowplane_switch_pinned_macs",
@@ -383,6 +391,50 @@ impl View for SwitchView {
                 );
             }
         }
+        if let Some(t) = &p.stp {
+            let id = |b: u64| {
+                let v = b.to_be_bytes();
+                format!(
+                    "{}.{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                    u16::from_be_bytes([v[0], v[1]]),
+                    v[2],
+                    v[3],
+                    v[4],
+                    v[5],
+                    v[6],
+                    v[7]
+                )
+            };
+            let root = match t.root_port {
+                None => "this bridge is the root".to_string(),
+                Some(r) => format!(
+                    "root port {} ({}), root path cost {}",
+                    r, self.names[r as usize], t.root_cost
+                ),
+            };
+            let _ = writeln!(
+                s,
+                "spanning tree: bridge {}, root {}; {root}; {} topology changes",
+                id(t.bridge),
+                id(t.root),
+                t.topology_changes
+            );
+            for (i, n) in self.names.iter().enumerate() {
+                if let Some(ps) = t.ports.get(i) {
+                    let _ = writeln!(
+                        s,
+                        "stp port {i} ({n}): {} {}{}{}, cost {}, bpdus in {} out {}",
+                        ps.role,
+                        ps.state,
+                        if ps.edge { ", edge" } else { "" },
+                        if ps.stp { ", 802.1D neighbour" } else { "" },
+                        ps.cost,
+                        ps.rx,
+                        ps.tx
+                    );
+                }
+            }
+        }
         for (i, n) in self.names.iter().enumerate() {
             if let Some(&(learned, Some(max))) = p.per_port.get(i) {
                 let _ = writeln!(
@@ -410,4 +462,87 @@ impl View for SwitchView {
             );
         }
     }
+}
+
+/// The spanning tree's metric families.
+fn stp_metrics(e: &mut Exposition, names: &[String], t: &crate::service::StpView) {
+    use crate::stp::{Role, State};
+    let name = "flowplane_switch_stp_port_state";
+    e.family(
+        name,
+        Kind::Gauge,
+        "1 for the port's spanning-tree state (discarding, learning, forwarding).",
+    );
+    for (i, n) in names.iter().enumerate() {
+        let Some(ps) = t.ports.get(i) else { continue };
+        for st in [State::Discarding, State::Learning, State::Forwarding] {
+            let label = st.to_string();
+            let labels = [
+                ("port", i.to_string()),
+                ("interface", n.clone()),
+                ("state", label),
+            ];
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            e.sample(name, &labels, (ps.state == st) as u64);
+        }
+    }
+    let name = "flowplane_switch_stp_port_role";
+    e.family(
+        name,
+        Kind::Gauge,
+        "1 for the port's spanning-tree role (root, designated, alternate, backup, disabled).",
+    );
+    for (i, n) in names.iter().enumerate() {
+        let Some(ps) = t.ports.get(i) else { continue };
+        for r in [
+            Role::Root,
+            Role::Designated,
+            Role::Alternate,
+            Role::Backup,
+            Role::Disabled,
+        ] {
+            let label = r.to_string();
+            let labels = [
+                ("port", i.to_string()),
+                ("interface", n.clone()),
+                ("role", label),
+            ];
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            e.sample(name, &labels, (ps.role == r) as u64);
+        }
+    }
+    let name = "flowplane_switch_stp_bpdus_total";
+    e.family(name, Kind::Counter, "BPDUs received and sent on the port.");
+    for (i, n) in names.iter().enumerate() {
+        let Some(ps) = t.ports.get(i) else { continue };
+        for (dir, v) in [("in", ps.rx), ("out", ps.tx)] {
+            e.sample(
+                name,
+                &[
+                    ("port", &i.to_string()),
+                    ("interface", n),
+                    ("direction", dir),
+                ],
+                v,
+            );
+        }
+    }
+    e.single(
+        "flowplane_switch_stp_is_root",
+        Kind::Gauge,
+        "1 when this switch is the spanning tree's root bridge.",
+        (t.root == t.bridge) as u64,
+    );
+    e.single(
+        "flowplane_switch_stp_root_path_cost",
+        Kind::Gauge,
+        "The root path cost (0 at the root).",
+        t.root_cost as u64,
+    );
+    e.single(
+        "flowplane_switch_stp_topology_changes_total",
+        Kind::Counter,
+        "Topology changes detected or received (each flushes the learned entries of the other ports).",
+        t.topology_changes,
+    );
 }

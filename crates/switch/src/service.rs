@@ -11,7 +11,10 @@ use crate::carry::{self, Learned, Restored};
 use crate::config::SwitchConfig;
 use crate::controller::{learn_queue, ControlStats, Pinned, Static, SwitchControl};
 use crate::metrics::SwitchView;
-use crate::stage::{Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker, VlanCounters};
+use crate::stage::{
+    BpduFrame, Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker, VlanCounters,
+};
+use crate::stp::{PortConfig, PortStatus, Stp, StpConfig};
 use crate::vlan::PortVlans;
 use anyhow::{Context as _, Result};
 use fp_control::log;
@@ -21,7 +24,7 @@ use fp_engine::live::Capture;
 use fp_pipeline::stats::Counter;
 use fp_pipeline::trace::ProbeSender;
 use fp_service::{Context, LiveOptions, Ports, Service, Setup};
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +59,109 @@ pub(crate) struct Published {
     pub(crate) per_port: Vec<(u32, Option<u32>)>,
     /// MACs pinned for moving too often.
     pub(crate) pinned: Vec<Pinned>,
+    /// The spanning tree, if it runs.
+    pub(crate) stp: Option<StpView>,
+}
+
+/// What the admin server shows of the spanning tree.
+#[derive(Clone, Debug)]
+pub(crate) struct StpView {
+    pub(crate) bridge: u64,
+    pub(crate) root: u64,
+    pub(crate) root_cost: u32,
+    pub(crate) root_port: Option<u16>,
+    pub(crate) topology_changes: u64,
+    pub(crate) ports: Vec<PortStatus>,
+}
+
+/// The spanning tree on the control side: the protocol, the queue of BPDUs from the workers and
+/// the one to the worker that sends for it.
+struct Tree {
+    stp: Stp,
+    rx: Receiver<BpduFrame>,
+    tx: SyncSender<BpduFrame>,
+    /// Given to worker 0's stage.
+    inject: Option<Receiver<BpduFrame>>,
+    /// The workers' sender of BPDUs.
+    to_control: SyncSender<BpduFrame>,
+    /// Links as last read, and when.
+    links: Vec<bool>,
+    links_read: Instant,
+}
+
+/// How often the ports' links are read for the spanning tree.
+const LINK_EVERY: Duration = Duration::from_millis(50);
+
+/// Whether `iface` has a carrier (its link is up): /sys/class/net/IF/carrier; an interface that
+/// is administratively down has none.
+fn carrier(iface: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/carrier"))
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+}
+
+/// The MAC address of `iface` (zeros if it cannot be read).
+fn iface_mac(iface: &str) -> [u8; 6] {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/address"))
+        .ok()
+        .and_then(|s| s.trim().parse::<fp_wire::ethernet::MacAddr>().ok())
+        .map_or([0; 6], |m| m.0)
+}
+
+impl Tree {
+    fn new(cfg: &SwitchConfig) -> Option<Tree> {
+        let t = cfg.stp.as_ref()?;
+        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| iface_mac(p)).collect();
+        // The bridge's MAC: the lowest of its ports', as a Linux bridge takes.
+        let mac = macs
+            .iter()
+            .copied()
+            .filter(|m| *m != [0; 6])
+            .min()
+            .unwrap_or([2, 0, 0, 0, 0, 1]);
+        let stp = Stp::new(StpConfig {
+            priority: t.priority,
+            mac,
+            max_age: t.max_age,
+            hello: t.hello,
+            forward_delay: t.forward_delay,
+            force_stp: t.force_stp,
+            ports: t
+                .ports
+                .iter()
+                .zip(&macs)
+                .map(|(&(cost, priority, edge), &mac)| PortConfig {
+                    cost,
+                    priority,
+                    edge,
+                    mac,
+                })
+                .collect(),
+        });
+        let (to_control, rx) = std::sync::mpsc::sync_channel(1024);
+        let (tx, inject) = std::sync::mpsc::sync_channel(1024);
+        Some(Tree {
+            stp,
+            rx,
+            tx,
+            inject: Some(inject),
+            to_control,
+            links: vec![false; cfg.ports.len()],
+            links_read: Instant::now() - LINK_EVERY,
+        })
+    }
+
+    fn view(&self) -> StpView {
+        let (root, root_cost, root_port) = self.stp.root();
+        StpView {
+            bridge: self.stp.id(),
+            root,
+            root_cost,
+            root_port,
+            topology_changes: self.stp.topology_changes,
+            ports: self.stp.status(),
+        }
+    }
 }
 
 /// What a worker shares with the metrics reader.
@@ -80,6 +186,7 @@ pub struct SwitchService {
     /// How this start went: learned entries of the previous run restored, or why not.
     restored: Restored,
     generation: u64,
+    tree: Option<Tree>,
 }
 
 /// Put back the learned entries the previous run left in the state directory (`crate::carry`),
@@ -155,6 +262,11 @@ impl SwitchService {
         ctl.set_vlans(nports, cfg.vlans.clone())
             .map_err(|e| anyhow::anyhow!("port VLANs: {e}"))?;
         ctl.set_guards(cfg.storm.clone(), cfg.max_macs.clone(), cfg.damping);
+        let tree = Tree::new(&cfg);
+        if let Some(t) = &tree {
+            // Every port discards until the spanning tree says otherwise.
+            ctl.set_stp_states(Some(t.stp.states()));
+        }
         let t = Instant::now();
         ctl.load(&cfg.preload, &cfg.statics)?;
         let restored = restore_learned(&mut ctl, &cfg);
@@ -176,6 +288,7 @@ impl SwitchService {
             generation: 1,
             per_port: per_port(&ctl, &cfg),
             pinned: Vec::new(),
+            stp: tree.as_ref().map(Tree::view),
         }));
         let age_every = (cfg.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Ok(SwitchService {
@@ -190,7 +303,66 @@ impl SwitchService {
             last_age: Instant::now(),
             restored,
             generation: 1,
+            tree,
         })
+    }
+
+    /// The spanning tree's turn: BPDUs from the workers in, links, timers, BPDUs out through
+    /// worker 0, flushes and port states applied. Returns whether anything changed.
+    fn run_tree(&mut self) -> bool {
+        let Some(t) = &mut self.tree else {
+            return false;
+        };
+        let now = fp_engine::sys::monotonic_ns();
+        let mut changed = false;
+        while let Ok(f) = t.rx.try_recv() {
+            t.stp.receive(f.port, &f.bytes[..f.len as usize], now);
+            changed = true;
+        }
+        if t.links_read.elapsed() >= LINK_EVERY {
+            t.links_read = Instant::now();
+            for (i, name) in self.cfg.ports.iter().enumerate() {
+                let up = carrier(name);
+                if up != t.links[i] {
+                    t.links[i] = up;
+                    log(format_args!(
+                        "spanning tree: port {name} link {}",
+                        if up { "up" } else { "down" }
+                    ));
+                    t.stp.link(i as u16, up, now);
+                }
+            }
+        }
+        t.stp.tick(now);
+        for (port, frame) in t.stp.take_tx() {
+            changed = true;
+            let mut b = BpduFrame {
+                port,
+                len: frame.len().min(64) as u8,
+                bytes: [0; 64],
+            };
+            b.bytes[..b.len as usize].copy_from_slice(&frame[..b.len as usize]);
+            let _ = t.tx.try_send(b);
+        }
+        for keep in t.stp.take_flush() {
+            self.ctl.flush_except(keep);
+            changed = true;
+        }
+        if t.stp.take_changed() {
+            let states = t.stp.states();
+            let st = t.stp.status();
+            let desc: Vec<String> = self
+                .cfg
+                .ports
+                .iter()
+                .zip(&st)
+                .map(|(n, p)| format!("{n} {} {}", p.role, p.state))
+                .collect();
+            log(format_args!("spanning tree: {}", desc.join(", ")));
+            self.ctl.set_stp_states(Some(states));
+            changed = true;
+        }
+        changed
     }
 
     fn publish(&self) {
@@ -204,6 +376,7 @@ impl SwitchService {
             generation: self.generation,
             per_port: per_port(&self.ctl, &self.cfg),
             pinned: self.ctl.pinned(fp_engine::sys::monotonic_ns()),
+            stp: self.tree.as_ref().map(Tree::view),
         };
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
@@ -276,6 +449,9 @@ impl Service for SwitchService {
         sw.set_gather(self.cfg.gather);
         sw.set_workers(setup.workers);
         sw.set_locks(self.ctl.port_locks());
+        if let Some(t) = &self.tree {
+            sw.set_bpdu_queue(t.to_control.clone());
+        }
         sw.set_plan(self.ctl.port_plan());
         if self.cfg.fib_cache > 0 {
             sw.set_cache(self.cfg.fib_cache, self.ctl.epoch(), 0x5eed ^ w as u64)
@@ -285,7 +461,10 @@ impl Service for SwitchService {
             .cfg
             .trace
             .then(|| (probes, self.fib.clone(), self.names.clone()));
-        let stage = SwitchStage::new(w, sw, tracer);
+        let mut stage = SwitchStage::new(w, sw, tracer);
+        if let Some(inject) = self.tree.as_mut().and_then(|t| t.inject.take()) {
+            stage.set_inject(inject);
+        }
         self.workers.push(WorkerCounters {
             switch: stage.stats().clone(),
             flooded: stage.flooded(),
@@ -360,6 +539,7 @@ impl Service for SwitchService {
     /// The FIB writer: apply learn events, age on a clock, publish for the admin server.
     fn tick(&mut self, _cx: &mut Context<'_>) -> Result<()> {
         let mut changed = self.ctl.drain() > 0;
+        changed |= self.run_tree();
         if self.last_age.elapsed() >= self.age_every {
             self.last_age = Instant::now();
             let aged = self.ctl.age(fp_engine::sys::monotonic_ns());

@@ -64,6 +64,22 @@ fn drop_word(why: VlanDrop) -> u16 {
         }
 }
 
+/// A spanning-tree BPDU a worker received, for the control side (a fixed buffer: nothing is
+/// allocated in the data path).
+#[derive(Clone, Copy, Debug)]
+pub struct BpduFrame {
+    /// The port it came in on.
+    pub port: u16,
+    /// Bytes used of `bytes`.
+    pub len: u8,
+    /// The frame (BPDUs are 60 bytes on the wire; longer frames are cut, and refused by the
+    /// parser only if the BPDU itself is cut).
+    pub bytes: [u8; 64],
+}
+
+/// The spanning tree group address as a FIB key.
+const BPDU_KEY: Key = 0x0180_c200_0000;
+
 /// A learning event from a worker to the FIB writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Learn {
@@ -139,6 +155,12 @@ counters! {
     storm_unknown_unicast => "drop_storm_unknown_unicast",
     /// Frames dropped: a source MAC new to a port that has its limit of learned MACs.
     port_security => "drop_port_security",
+    /// Frames dropped: received on, or bound for, a port the spanning tree does not let forward.
+    stp_blocked => "drop_stp_blocked",
+    /// BPDUs handed to the spanning tree on the control side.
+    bpdu_rx => "bpdu",
+    /// BPDUs dropped because the queue to the control side was full.
+    bpdu_dropped => "drop_bpdu_queue_full",
     /// Flood copies dropped: no packet buffer for the copy.
     no_buffer => "drop_no_buffer",
     /// Learn events sent to the FIB writer.
@@ -217,6 +239,8 @@ pub struct SwitchWorker {
     storm: StormBuckets,
     /// Ports that take no new source MAC (port security), if set.
     locks: Option<PortLocks>,
+    /// Where BPDUs go when the spanning tree runs.
+    bpdus: Option<SyncSender<BpduFrame>>,
 }
 
 /// Frames received and flooded per VLAN id, written by one worker.
@@ -270,6 +294,28 @@ impl SwitchWorker {
             per_vlan: Arc::new(VlanCounters::default()),
             storm: StormBuckets::new(ports as usize, 1),
             locks: None,
+            bpdus: None,
+        }
+    }
+
+    /// Hand received BPDUs to `queue` (the spanning tree on the control side) when the port
+    /// plan says the spanning tree runs; a full queue drops them, counted.
+    pub fn set_bpdu_queue(&mut self, queue: SyncSender<BpduFrame>) {
+        self.bpdus = Some(queue);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn to_control(&self, port: u16, frame: &[u8]) {
+        let mut b = BpduFrame {
+            port,
+            len: frame.len().min(64) as u8,
+            bytes: [0; 64],
+        };
+        b.bytes[..b.len as usize].copy_from_slice(&frame[..b.len as usize]);
+        match self.bpdus.as_ref().map(|q| q.try_send(b)) {
+            Some(Ok(())) => self.stats.bpdu_rx.inc(),
+            _ => self.stats.bpdu_dropped.inc(),
         }
     }
 
@@ -593,6 +639,13 @@ impl SwitchWorker {
                 pool.put(p);
                 continue;
             }
+            // Spanning tree: BPDUs go to the control side, whatever the port's state or VLANs.
+            let stp = ports_plan.filter(|pp| pp.stp_on());
+            if stp.is_some() && d & fp_cuckoo::COMPACT_MAX_KEY == BPDU_KEY {
+                self.to_control(in_port, p.data());
+                pool.put(p);
+                continue;
+            }
             // VLAN id and tag (VLAN-aware), or why the frame has no VLAN on its port.
             let (vid, tagged) = match plan {
                 None => (0, false),
@@ -612,8 +665,14 @@ impl SwitchWorker {
                 pool.put(p);
                 continue;
             }
+            // Spanning tree: a discarding port neither learns nor forwards; a learning one
+            // learns only.
+            let (learn, forward) = match stp {
+                None => (self.learning, true),
+                Some(pp) => (self.learning && pp.learns(in_port), pp.forwards(in_port)),
+            };
             // Port security: a port with its limit of learned MACs takes no new source.
-            if self.learning
+            if learn
                 && seen[i] != Some(in_port)
                 && self.locks.as_ref().is_some_and(|l| l.locked(in_port))
             {
@@ -622,12 +681,21 @@ impl SwitchWorker {
                 continue;
             }
             // Learning: a new source, a moved one, or one whose age needs refreshing.
-            if self.learning && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
+            if learn && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
                 self.report(s, vid, in_port, now_ns);
+            }
+            if !forward {
+                self.stats.stp_blocked.inc();
+                pool.put(p);
+                continue;
             }
             match (is_group(d), out[i]) {
                 (false, Some(port)) if port == in_port => {
                     filtered += 1;
+                    pool.put(p);
+                }
+                (false, Some(port)) if stp.is_some_and(|pp| !pp.forwards(port)) && port < ports => {
+                    self.stats.stp_blocked.inc();
                     pool.put(p);
                 }
                 (false, Some(port)) if port < ports => match plan {
@@ -673,6 +741,9 @@ impl SwitchWorker {
                     self.stats.flooded.inc();
                     self.flooded[in_port as usize].inc();
                     match plan {
+                        None if stp.is_some() => {
+                            self.flood_vlan(stp.expect("checked"), in_port, 0, false, p, tx, pool)
+                        }
                         None => self.flood(in_port, p, tx, pool),
                         Some(plan) => {
                             self.per_vlan.flooded[vid as usize].inc();
@@ -746,14 +817,21 @@ impl SwitchWorker {
         tx: &mut [Vec<Packet>],
         pool: &mut Pool,
     ) {
-        let members = plan.ports_of(vid);
-        let Some(&last) = members.iter().rev().find(|&&q| q != in_port) else {
+        // VLAN-aware: the VLAN's member ports; unaware (here with a spanning tree): every port.
+        let all: &[u16] = &ALL_PORTS[..(self.ports as usize).min(ALL_PORTS.len())];
+        let members = if plan.aware() {
+            plan.ports_of(vid)
+        } else {
+            all
+        };
+        let target = |q: u16| q != in_port && plan.forwards(q);
+        let Some(&last) = members.iter().rev().find(|&&q| target(q)) else {
             pool.put(p);
             return;
         };
         let mut sent = 0;
         for &port in members {
-            if port == in_port || port == last {
+            if !target(port) || port == last {
                 continue;
             }
             match pool.get() {
@@ -799,6 +877,17 @@ impl SwitchWorker {
         }
     }
 }
+
+/// Port numbers 0, 1, 2, …: the member list of an unaware switch's one flooding domain.
+static ALL_PORTS: [u16; 4096] = {
+    let mut a = [0u16; 4096];
+    let mut i = 0;
+    while i < 4096 {
+        a[i] = i as u16;
+        i += 1;
+    }
+    a
+};
 
 /// Give `p` (VLAN `vid`, `tagged` as received) the form `port` sends it in.
 #[inline]
@@ -932,6 +1021,8 @@ pub struct SwitchStage {
     index: usize,
     sw: SwitchWorker,
     tracer: Option<Tracer>,
+    /// Frames the control side sends through this worker (spanning-tree BPDUs).
+    inject: Option<std::sync::mpsc::Receiver<BpduFrame>>,
 }
 
 impl SwitchStage {
@@ -945,6 +1036,7 @@ impl SwitchStage {
         SwitchStage {
             index,
             sw,
+            inject: None,
             tracer: tracer.map(|(probes, fib, names)| Tracer {
                 probes,
                 fib,
@@ -968,6 +1060,34 @@ impl SwitchStage {
     /// Frames received and flooded per VLAN (read by the metrics).
     pub fn vlan_counters(&self) -> Arc<VlanCounters> {
         self.sw.vlan_counters().clone()
+    }
+
+    /// Send the frames the control side queues on `queue` (spanning-tree BPDUs) through this
+    /// worker's ports, between bursts.
+    pub fn set_inject(&mut self, queue: std::sync::mpsc::Receiver<BpduFrame>) {
+        self.inject = Some(queue);
+    }
+
+    /// Move queued control frames into the transmit bursts (a copy into a pool buffer each;
+    /// at most what the bursts have room for).
+    #[inline]
+    fn inject(&mut self, out: &mut Outputs, pool: &mut Pool) {
+        let Some(q) = &self.inject else {
+            return;
+        };
+        for _ in 0..MAX_BURST {
+            let Ok(f) = q.try_recv() else {
+                return;
+            };
+            let port = f.port as usize;
+            if port >= out.ports() || out.burst(port).len() >= MAX_BURST {
+                continue;
+            }
+            if let Some(mut p) = pool.get() {
+                p.fill(&f.bytes[..f.len as usize]);
+                out.bursts_mut()[port].push(p);
+            }
+        }
     }
 }
 
@@ -1008,10 +1128,12 @@ impl Stage for SwitchStage {
         if !more_waiting {
             self.sw.flush(out.bursts_mut(), pool, now_ns);
         }
+        self.inject(out, pool);
     }
 
     fn idle(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
         self.sw.flush(out.bursts_mut(), pool, now_ns);
+        self.inject(out, pool);
     }
 
     fn finish(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
@@ -1701,6 +1823,82 @@ mod tests {
             .filter(|&i| !s.send(1, frame(BCAST, B), 1 + i).is_empty())
             .count();
         assert_eq!(passed, 200);
+    }
+
+    #[test]
+    fn the_spanning_tree_states_gate_learning_and_forwarding() {
+        use crate::stp::{Bpdu, State, Times, Vector};
+        let mut s = Sw::new(3);
+        s.c.set_vlans(3, None).unwrap();
+        let (btx, brx) = std::sync::mpsc::sync_channel(8);
+        s.w.set_bpdu_queue(btx);
+        s.w.set_plan(s.c.port_plan());
+        let set = |s: &mut Sw, st: [State; 3]| s.c.set_stp_states(Some(st.to_vec()));
+        use State::{Discarding as D, Forwarding as F, Learning as L};
+        set(&mut s, [F, F, D]);
+        // A BPDU goes to the control side, whatever the port's state; nothing is forwarded.
+        let bpdu = Bpdu::Config {
+            rst: true,
+            flags: 0,
+            vector: Vector::default(),
+            times: Times::secs(20, 2, 15),
+        }
+        .frame([2, 0, 0, 0, 0, 0x77]);
+        assert!(s.send(2, bpdu.clone(), 1).is_empty());
+        let got = brx.try_recv().unwrap();
+        assert_eq!((got.port, &got.bytes[..got.len as usize]), (2, &bpdu[..]));
+        // A discarding port: its frames are dropped unlearned, and nothing is sent to it.
+        assert!(s.send(2, frame(BCAST, C), 2).is_empty());
+        assert_eq!(s.c.lookup(C), None);
+        assert_eq!(
+            s.send(0, frame(BCAST, A), 3),
+            vec![1],
+            "flooded to port 1 only"
+        );
+        // Learning: learned, not forwarded.
+        set(&mut s, [F, F, L]);
+        assert!(s.send(2, frame(BCAST, C), 4).is_empty());
+        assert_eq!(s.c.lookup(C), Some(2));
+        // A known destination behind a port that does not forward: dropped.
+        assert!(s.send(0, frame(C, A), 5).is_empty());
+        assert_eq!(s.w.stats().stp_blocked.get(), 3);
+        // Forwarding: as without a tree.
+        set(&mut s, [F, F, F]);
+        assert_eq!(s.send(0, frame(C, A), 6), vec![2]);
+        assert_eq!(s.send(0, frame(BCAST, A), 7), vec![1, 2]);
+        // Without a spanning tree, BPDUs are link-local frames: dropped, never flooded.
+        s.c.set_stp_states(None);
+        assert!(s.send(0, bpdu, 8).is_empty());
+        assert!(brx.try_recv().is_err());
+        assert_eq!(s.w.stats().link_local.get(), 1);
+    }
+
+    #[test]
+    fn the_stage_sends_what_the_control_side_queues() {
+        use fp_pipeline::stage::Outputs;
+        let (fw, fr) = CompactMap::new(&Config::with_capacity(100)).unwrap();
+        let (ltx, lrx) = learn_queue(8);
+        let _c = SwitchControl::new(fw, lrx, 1);
+        let mut st = SwitchStage::new(0, SwitchWorker::new(fr, 3, ltx, 1), None);
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        st.set_inject(rx);
+        for port in [2u16, 0, 9] {
+            let mut b = BpduFrame {
+                port,
+                len: 60,
+                bytes: [0; 64],
+            };
+            b.bytes[0] = port as u8 + 1;
+            tx.send(b).unwrap();
+        }
+        let mut out = Outputs::new(3);
+        let mut pool = Pool::new(16);
+        st.pass_done(false, 1, &mut out, &mut pool);
+        assert_eq!(out.burst(2).len(), 1);
+        assert_eq!(out.burst(0).len(), 1);
+        assert_eq!(out.burst(2)[0].data()[0], 3);
+        assert_eq!(out.burst(2)[0].len(), 60);
+        assert!(out.burst(1).is_empty(), "port 9 does not exist: dropped");
     }
 
     #[test]

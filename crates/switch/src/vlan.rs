@@ -176,6 +176,8 @@ pub struct PortPlan {
     /// Per port, the storm-control limits; `storm_on` if any is set.
     storm: Vec<crate::guard::Storm>,
     storm_on: bool,
+    /// Per port, the spanning tree's state (none: no spanning tree, every port forwards).
+    stp: Option<Vec<crate::stp::State>>,
     /// Per port: the VLAN of untagged frames, 0 if none.
     pvid: Vec<u16>,
     /// Per port: membership bitmap over VLAN ids.
@@ -195,6 +197,7 @@ impl PortPlan {
             aware: false,
             storm: vec![Default::default(); ports],
             storm_on: false,
+            stp: None,
             pvid: vec![0; ports],
             member: vec![[0; 64]; ports],
             fid: vec![0; 4096].into_boxed_slice(),
@@ -226,6 +229,36 @@ impl PortPlan {
         self.storm_on = storm.iter().any(crate::guard::Storm::any);
         self.storm = storm;
         self
+    }
+
+    /// The plan with these spanning-tree port states (`None`: no spanning tree).
+    pub fn with_stp(mut self, states: Option<Vec<crate::stp::State>>) -> PortPlan {
+        self.stp = states;
+        self
+    }
+
+    /// Whether the spanning tree runs (BPDUs go to the control side, port states apply).
+    #[inline(always)]
+    pub fn stp_on(&self) -> bool {
+        self.stp.is_some()
+    }
+
+    /// Whether frames may be forwarded from and to `port` (always, without spanning tree).
+    #[inline(always)]
+    pub fn forwards(&self, port: u16) -> bool {
+        match &self.stp {
+            None => true,
+            Some(s) => s.get(port as usize) == Some(&crate::stp::State::Forwarding),
+        }
+    }
+
+    /// Whether source MACs are learned on `port` (learning or forwarding).
+    #[inline(always)]
+    pub fn learns(&self, port: u16) -> bool {
+        match &self.stp {
+            None => true,
+            Some(s) => s.get(port as usize) != Some(&crate::stp::State::Discarding),
+        }
     }
 
     /// The storm-control limits of `port`, if any port has some.
