@@ -19,12 +19,17 @@
 //! 3. the forwarding link goes down (l0 down): s3 becomes the root port and forwards, h0 reaches
 //!    h2 again — within the protocol's timers (measured and printed), and a broadcast is still
 //!    seen once per host.
+//!
+//! `switch_rstp_with_open_vswitch` builds the same loop with Open vSwitch's RSTP (userspace
+//! datapath) in place of the Linux bridge: the switch's ports stay RSTP, the proposal/agreement
+//! handshake makes the tree forward without waiting for forward delays, and the alternate takes
+//! over when the forwarding link goes down.
 
 use anyhow::{bail, Context, Result};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
 use fp_pipeline::packet::{burst, Pool, MAX_BURST};
-use fp_testnet::{Netns, Proc, TestNet};
+use fp_testnet::{Netns, Ovs, Proc, TestNet};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -114,6 +119,8 @@ struct Bed {
     lb: Netns,
     hosts: Vec<Netns>,
     switch: Proc,
+    /// Open vSwitch in `lb`, when it is the peer instead of the Linux bridge.
+    ovs: Option<Ovs>,
 }
 
 impl Bed {
@@ -179,6 +186,11 @@ impl Bed {
 }
 
 fn bed(tag: &str, driver: &str) -> Result<Bed> {
+    bed_with(tag, driver, false)
+}
+
+/// The test network with the Linux bridge (`ovs` false) or Open vSwitch with RSTP as the peer.
+fn bed_with(tag: &str, driver: &str, ovs: bool) -> Result<Bed> {
     let net = TestNet::new(tag)?;
     net.require_tools(&["ping", "curl"])?;
     let sw = net.ns("sw")?;
@@ -202,28 +214,54 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
     }
     net.veth(&sw, "s2", &lb, "l0")?;
     net.veth(&sw, "s3", &lb, "l1")?;
-    lb.ip(&[
-        "link",
-        "add",
-        "br0",
-        "type",
-        "bridge",
-        "stp_state",
-        "1",
-        "priority",
-        "4096",
-        "hello_time",
-        "200",
-        "max_age",
-        "600",
-        "forward_delay",
-        "400",
-    ])?;
-    let br0 = lb.link("br0");
-    for dev in ["l0", "l1", "l2"] {
-        lb.link(dev).set_master(&br0)?;
-    }
-    br0.up()?;
+    let peer = if ovs {
+        let o = lb.ovs(&net.dir("ovs")?)?;
+        o.add_bridge("br0")?;
+        o.vsctl(&[
+            "set",
+            "bridge",
+            "br0",
+            "rstp_enable=true",
+            "other_config:rstp-priority=4096",
+            "other_config:rstp-hello-time=2",
+            "other_config:rstp-max-age=6",
+            "other_config:rstp-forward-delay=4",
+        ])?;
+        for dev in ["l0", "l1", "l2"] {
+            o.vsctl(&["add-port", "br0", dev])?;
+        }
+        o.vsctl(&[
+            "set",
+            "port",
+            "l2",
+            "other_config:rstp-port-admin-edge=true",
+        ])?;
+        Some(o)
+    } else {
+        lb.ip(&[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "1",
+            "priority",
+            "4096",
+            "hello_time",
+            "200",
+            "max_age",
+            "600",
+            "forward_delay",
+            "400",
+        ])?;
+        let br0 = lb.link("br0");
+        for dev in ["l0", "l1", "l2"] {
+            lb.link(dev).set_master(&br0)?;
+        }
+        br0.up()?;
+        None
+    };
     let dir = net.dir("switch")?;
     let config = dir.join("sw.toml");
     std::fs::write(&config, CONFIG)?;
@@ -251,6 +289,7 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
         lb,
         hosts,
         switch,
+        ovs: peer,
     })
 }
 
@@ -352,6 +391,93 @@ fn scenario(tag: &str, driver: &str) -> Result<()> {
     let r = run_steps(&mut b, driver);
     if r.is_err() {
         eprintln!("switch log:\n{}", b.switch.log());
+    }
+    r?;
+    b.switch.signal(libc::SIGTERM);
+    b.switch.wait(Duration::from_secs(10))?;
+    assert!(b.net.cleanup().is_empty());
+    Ok(())
+}
+
+/// The Open vSwitch port's RSTP state (`Forwarding`, `Discarding`, ...).
+fn ovs_state(o: &Ovs, port: &str) -> Result<String> {
+    let out = o
+        .vsctl(&["get", "port", port, "rstp_status:rstp_port_state"])?
+        .stdout;
+    Ok(out.trim().trim_matches('"').to_string())
+}
+
+#[test]
+fn switch_rstp_with_open_vswitch() -> Result<()> {
+    let b = bed_with("swt-ovs", "af_packet", true)?;
+    let r = (|| -> Result<()> {
+        let o = b.ovs.as_ref().context("ovs")?;
+        // Rapid convergence: the root's designated ports forward on the handshake, well before
+        // two forward delays (8 s).
+        let t = Instant::now();
+        loop {
+            let ours = (b.state(2)?, b.state(3)?);
+            let theirs = (ovs_state(o, "l0")?, ovs_state(o, "l1")?);
+            if ours == ("forwarding".into(), "discarding".into()) && theirs.0 == "Forwarding" {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "no convergence after 30 s: ours {ours:?}, Open vSwitch {theirs:?}\n{}\n{}",
+                    b.status()?,
+                    o.appctl(&["rstp/show", "br0"])
+                        .map(|x| x.stdout)
+                        .unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let took = t.elapsed();
+        eprintln!(
+            "rstp: converged {:.1} s after the switch started",
+            took.as_secs_f64()
+        );
+        let status = b.status()?;
+        assert!(
+            status.contains("stp port 2 (s2): root forwarding, cost"),
+            "{status}"
+        );
+        assert!(!status.contains("802.1D neighbour"), "{status}");
+        b.hosts[0].ping("10.0.0.3", 2).context("h0 -> h2")?;
+        let mut taps = b.hosts.iter().map(Tap::open).collect::<Result<Vec<_>>>()?;
+        assert_eq!(broadcast_counts(&mut taps, 1)?, vec![0, 1, 1]);
+        // Failover.
+        let t = Instant::now();
+        b.lb.ip(&["link", "set", "l0", "down"])?;
+        loop {
+            if b.hosts[0]
+                .cmd(["ping", "-c", "1", "-W", "0.3", "10.0.0.3"])
+                .output()?
+                .success()
+            {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(12) {
+                bail!(
+                    "h0 did not reach h2 within 12 s of the link going down\n{}",
+                    b.status()?
+                );
+            }
+        }
+        eprintln!(
+            "rstp: traffic back {:.0} ms after the forwarding link went down",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(b.state(3)?, "forwarding");
+        assert_eq!(broadcast_counts(&mut taps, 2)?, vec![0, 1, 1]);
+        Ok(())
+    })();
+    if r.is_err() {
+        eprintln!(
+            "switch log:\n{}\n{}",
+            b.switch.log(),
+            b.ovs.as_ref().map(Ovs::logs).unwrap_or_default()
+        );
     }
     r?;
     b.switch.signal(libc::SIGTERM);
