@@ -270,6 +270,27 @@ impl SwitchControl {
         gone.len()
     }
 
+    /// Remove the learned entries of `port` (it stopped forwarding). Returns how many.
+    pub fn flush_port(&mut self, port: u16) -> usize {
+        let gone: Vec<Id> = self
+            .last_seen
+            .iter()
+            .filter(|(_, &(_, p))| p == port)
+            .map(|(&id, _)| id)
+            .collect();
+        for &(v, m) in &gone {
+            self.forget((v, m));
+            if let Some(k) = self.key(v, m) {
+                self.fib.remove(k);
+            }
+        }
+        if !gone.is_empty() {
+            self.epoch.bump();
+        }
+        self.stats.topology_flushed += gone.len() as u64;
+        gone.len()
+    }
+
     /// Lock `port` if it has its limit of learned MACs, unlock it otherwise.
     fn update_lock(&self, port: u16) {
         let n = self.per_port.get(port as usize).copied().unwrap_or(0);

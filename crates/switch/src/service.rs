@@ -14,7 +14,7 @@ use crate::metrics::SwitchView;
 use crate::stage::{
     BpduFrame, Learn, SwitchRecord, SwitchStage, SwitchStats, SwitchWorker, VlanCounters,
 };
-use crate::stp::{PortConfig, PortStatus, Stp, StpConfig};
+use crate::stp::{Flush, PortConfig, PortStatus, Stp, StpConfig};
 use crate::vlan::PortVlans;
 use anyhow::{Context as _, Result};
 use fp_control::log;
@@ -334,20 +334,9 @@ impl SwitchService {
             }
         }
         t.stp.tick(now);
-        for (port, frame) in t.stp.take_tx() {
-            changed = true;
-            let mut b = BpduFrame {
-                port,
-                len: frame.len().min(64) as u8,
-                bytes: [0; 64],
-            };
-            b.bytes[..b.len as usize].copy_from_slice(&frame[..b.len as usize]);
-            let _ = t.tx.try_send(b);
-        }
-        for keep in t.stp.take_flush() {
-            self.ctl.flush_except(keep);
-            changed = true;
-        }
+        // Port states first, so no worker forwards on a port the tree has just blocked after
+        // the BPDUs saying so (an agreement after a sync) have gone out; then the flushes, in
+        // one pass; then the BPDUs.
         if t.stp.take_changed() {
             let states = t.stp.states();
             let st = t.stp.status();
@@ -361,6 +350,47 @@ impl SwitchService {
             log(format_args!("spanning tree: {}", desc.join(", ")));
             self.ctl.set_stp_states(Some(states));
             changed = true;
+        }
+        let flushes = t.stp.take_flush();
+        if !flushes.is_empty() {
+            changed = true;
+            let mut keep: Option<Option<u16>> = None;
+            let mut all = false;
+            for f in &flushes {
+                if let Flush::AllBut(k) = *f {
+                    match keep {
+                        None => keep = Some(k),
+                        Some(prev) if prev != k => all = true,
+                        Some(_) => {}
+                    }
+                }
+            }
+            match (all, keep) {
+                (true, _) => {
+                    self.ctl.flush_except(None);
+                }
+                (false, Some(k)) => {
+                    self.ctl.flush_except(k);
+                }
+                (false, None) => {}
+            }
+            if !all && keep != Some(None) {
+                for f in flushes {
+                    if let Flush::Only(p) = f {
+                        self.ctl.flush_port(p);
+                    }
+                }
+            }
+        }
+        for (port, frame) in t.stp.take_tx() {
+            changed = true;
+            let mut b = BpduFrame {
+                port,
+                len: frame.len().min(64) as u8,
+                bytes: [0; 64],
+            };
+            b.bytes[..b.len as usize].copy_from_slice(&frame[..b.len as usize]);
+            let _ = t.tx.try_send(b);
         }
         changed
     }

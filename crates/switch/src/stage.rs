@@ -161,6 +161,10 @@ counters! {
     bpdu_rx => "bpdu",
     /// BPDUs dropped because the queue to the control side was full.
     bpdu_dropped => "drop_bpdu_queue_full",
+    /// Control frames (BPDUs) sent for the control side.
+    control_tx => "control_tx",
+    /// Control frames the control side queued that could not be sent (no buffer, no room).
+    control_dropped => "drop_control_tx",
     /// Flood copies dropped: no packet buffer for the copy.
     no_buffer => "drop_no_buffer",
     /// Learn events sent to the FIB writer.
@@ -543,35 +547,77 @@ impl SwitchWorker {
         // Out of `self` while in use (no reference count touched per burst).
         let vlans = self.vlans.take();
         if let Some(plan) = vlans.as_ref().map(|c| &**c.get()).filter(|p| p.aware()) {
-            // VLAN-aware: the VLAN's FID goes above the MACs of the key.
-            let at = self.dst.len();
-            for p in rx.iter() {
-                let d = p.data();
-                let w = if d.len() < 14 {
-                    0
-                } else {
-                    match plan.classify(in_port, d) {
-                        Ok(i) => {
-                            self.per_vlan.rx[i.vid as usize].inc();
-                            i.vid | if i.tagged { TAGGED } else { 0 }
-                        }
-                        Err(why) => drop_word(why),
-                    }
-                };
-                self.vl.push(w);
-            }
-            self.take_macs(in_port, rx);
-            for (i, w) in self.vl[at..].iter().enumerate() {
-                if w & DROPPED == 0 {
-                    let fid = plan.fid(w & 0xfff);
-                    self.dst[at + i] = vlan::key(fid, self.dst[at + i]);
-                    self.src[at + i] = vlan::key(fid, self.src[at + i]);
-                }
-            }
+            self.take_vlan(in_port, rx, plan);
         } else {
             self.take_macs(in_port, rx);
         }
         self.vlans = vlans;
+    }
+
+    /// Hold the frames of `rx` with their VLANs and (FID, MAC) keys: the VLAN's FID goes above
+    /// the MACs. Untagged frames (the common case on access ports) take the port's VLAN without
+    /// the full classification; frames are counted per VLAN in runs (a burst is usually one
+    /// VLAN).
+    #[inline(always)]
+    fn take_vlan(&mut self, in_port: u16, rx: &mut Vec<Packet>, plan: &PortPlan) {
+        self.stats.rx.add(rx.len() as u64);
+        let pvid = plan.untagged_vid(in_port);
+        let pfid = (plan.fid(pvid) as u64) << 48;
+        let (mut run_vid, mut run) = (0u16, 0u64);
+        for p in rx.iter() {
+            let d = p.data();
+            let Some(h) = d.get(..14) else {
+                // A runt: dropped when switched.
+                self.dst.push(0);
+                self.src.push(0);
+                self.held_in.push(in_port);
+                self.vl.push(0);
+                continue;
+            };
+            let (w, fid) = if h[12..14] != vlan::TPID.to_be_bytes() && pvid != 0 {
+                (pvid, pfid)
+            } else {
+                match plan.classify(in_port, d) {
+                    Ok(i) => (
+                        i.vid | if i.tagged { TAGGED } else { 0 },
+                        (i.fid as u64) << 48,
+                    ),
+                    Err(why) => (drop_word(why), 0),
+                }
+            };
+            if w & DROPPED == 0 {
+                let vid = w & 0xfff;
+                if vid != run_vid {
+                    if run != 0 {
+                        self.per_vlan.rx[run_vid as usize].add(run);
+                    }
+                    (run_vid, run) = (vid, 0);
+                }
+                run += 1;
+            }
+            self.dst
+                .push(u64::from_be_bytes(h[0..8].try_into().expect("8 bytes")) >> 16 | fid);
+            self.src
+                .push(u64::from_be_bytes(h[6..14].try_into().expect("8 bytes")) >> 16 | fid);
+            self.held_in.push(in_port);
+            self.vl.push(w);
+        }
+        if run != 0 {
+            self.per_vlan.rx[run_vid as usize].add(run);
+        }
+        self.hold(rx);
+    }
+
+    /// Move the frames of `rx` behind those held.
+    #[inline(always)]
+    fn hold(&mut self, rx: &mut Vec<Packet>) {
+        if self.held.is_empty() && self.gather <= MAX_BURST {
+            // Each burst alone: the buffers trade places, nothing is copied.
+            std::mem::swap(&mut self.held, rx);
+        } else {
+            // Into the room `set_gather` reserved: nothing is allocated.
+            self.held.append(rx);
+        }
     }
 
     /// Hold the frames of `rx` with their MACs.
@@ -593,13 +639,7 @@ impl SwitchWorker {
             self.src.push(sm);
             self.held_in.push(in_port);
         }
-        if self.held.is_empty() && self.gather <= MAX_BURST {
-            // Each burst alone: the buffers trade places, nothing is copied.
-            std::mem::swap(&mut self.held, rx);
-        } else {
-            // Into the room `set_gather` reserved: nothing is allocated.
-            self.held.append(rx);
-        }
+        self.hold(rx);
     }
 
     /// Look up and switch every held frame.
@@ -684,6 +724,11 @@ impl SwitchWorker {
             if learn && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
                 self.report(s, vid, in_port, now_ns);
             }
+            if is_group(d) && is_link_local(d) {
+                self.stats.link_local.inc();
+                pool.put(p);
+                continue;
+            }
             if !forward {
                 self.stats.stp_blocked.inc();
                 pool.put(p);
@@ -700,6 +745,11 @@ impl SwitchWorker {
                 }
                 (false, Some(port)) if port < ports => match plan {
                     None => {
+                        forwarded += 1;
+                        tx[port as usize].push(p);
+                    }
+                    // Untagged in, untagged out (access to access): nothing to change.
+                    Some(plan) if !tagged && plan.untagged_vid(port) == vid => {
                         forwarded += 1;
                         tx[port as usize].push(p);
                     }
@@ -1023,7 +1073,12 @@ pub struct SwitchStage {
     tracer: Option<Tracer>,
     /// Frames the control side sends through this worker (spanning-tree BPDUs).
     inject: Option<std::sync::mpsc::Receiver<BpduFrame>>,
+    /// Control frames waiting for room in their port's transmit burst.
+    pending: Vec<BpduFrame>,
 }
+
+/// Control frames a stage keeps while their port's burst is full.
+const PENDING: usize = 64;
 
 impl SwitchStage {
     /// Worker `index`'s stage around `sw`; with `tracer`, probes are recorded into its queue
@@ -1037,6 +1092,7 @@ impl SwitchStage {
             index,
             sw,
             inject: None,
+            pending: Vec::with_capacity(PENDING),
             tracer: tracer.map(|(probes, fib, names)| Tracer {
                 probes,
                 fib,
@@ -1068,25 +1124,60 @@ impl SwitchStage {
         self.inject = Some(queue);
     }
 
-    /// Move queued control frames into the transmit bursts (a copy into a pool buffer each;
-    /// at most what the bursts have room for).
+    /// Move queued control frames into the transmit bursts, ahead of switched traffic (a copy
+    /// into a pool buffer each). A frame whose port's burst is full waits (up to [`PENDING`]
+    /// frames) for the next pass; what cannot wait is dropped and counted.
     #[inline]
     fn inject(&mut self, out: &mut Outputs, pool: &mut Pool) {
         let Some(q) = &self.inject else {
             return;
         };
+        // The common case, nothing to send: one queue poll.
+        let mut first = None;
+        if self.pending.is_empty() {
+            match q.try_recv() {
+                Ok(f) => first = Some(f),
+                Err(_) => return,
+            }
+        }
+        let stats: &SwitchStats = &self.sw.stats;
+        let mut send = |f: BpduFrame, pending: &mut Vec<BpduFrame>| {
+            let port = f.port as usize;
+            if port >= out.ports() {
+                stats.control_dropped.inc();
+                return;
+            }
+            if out.burst(port).len() >= MAX_BURST {
+                if pending.len() < PENDING {
+                    pending.push(f);
+                } else {
+                    stats.control_dropped.inc();
+                }
+                return;
+            }
+            match pool.get() {
+                Some(mut p) => {
+                    p.fill(&f.bytes[..f.len as usize]);
+                    out.bursts_mut()[port].push(p);
+                    stats.control_tx.inc();
+                }
+                None => stats.control_dropped.inc(),
+            }
+        };
+        let waiting = self.pending.len();
+        for k in 0..waiting {
+            let f = self.pending[k];
+            send(f, &mut self.pending);
+        }
+        self.pending.drain(..waiting);
+        if let Some(f) = first {
+            send(f, &mut self.pending);
+        }
         for _ in 0..MAX_BURST {
             let Ok(f) = q.try_recv() else {
                 return;
             };
-            let port = f.port as usize;
-            if port >= out.ports() || out.burst(port).len() >= MAX_BURST {
-                continue;
-            }
-            if let Some(mut p) = pool.get() {
-                p.fill(&f.bytes[..f.len as usize]);
-                out.bursts_mut()[port].push(p);
-            }
+            send(f, &mut self.pending);
         }
     }
 }
@@ -1125,15 +1216,15 @@ impl Stage for SwitchStage {
 
     #[inline]
     fn pass_done(&mut self, more_waiting: bool, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
+        self.inject(out, pool);
         if !more_waiting {
             self.sw.flush(out.bursts_mut(), pool, now_ns);
         }
-        self.inject(out, pool);
     }
 
     fn idle(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {
-        self.sw.flush(out.bursts_mut(), pool, now_ns);
         self.inject(out, pool);
+        self.sw.flush(out.bursts_mut(), pool, now_ns);
     }
 
     fn finish(&mut self, now_ns: u64, out: &mut Outputs, pool: &mut Pool) {

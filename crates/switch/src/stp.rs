@@ -213,6 +213,15 @@ impl Bpdu {
     }
 }
 
+/// Learned entries a topology change removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// Those of every port but this one (`None`: of every port).
+    AllBut(Option<u16>),
+    /// Those of this port only (it stopped forwarding).
+    Only(u16),
+}
+
 /// A port's role in the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -338,6 +347,15 @@ struct Port {
     proposing: bool,
     agreed: bool,
     proposed: bool,
+    /// The neighbour disputes our designated role (its RST BPDU says designated, learning, with
+    /// worse information): discard until it stops.
+    disputed: bool,
+    /// More than one other bridge heard on the port: a shared segment, no rapid handshake.
+    shared: bool,
+    /// The last other bridge heard, and when.
+    last_peer: (BridgeId, u64),
+    /// The role changed to designated from another: start again from discarding.
+    fresh: bool,
     /// Send TC flags until then.
     tc_until: u64,
     tcn_pending: bool,
@@ -362,7 +380,7 @@ pub struct Stp {
     root_times: Times,
     own_times: Times,
     tx: Vec<(u16, Vec<u8>)>,
-    flush: Vec<Option<u16>>,
+    flush: Vec<Flush>,
     /// Topology changes detected or received.
     pub topology_changes: u64,
     /// Whether the port states changed since [`Stp::take_changed`].
@@ -413,6 +431,10 @@ impl Stp {
                 proposing: false,
                 agreed: false,
                 proposed: false,
+                disputed: false,
+                shared: false,
+                last_peer: (0, 0),
+                fresh: false,
                 tc_until: 0,
                 tcn_pending: false,
                 tca_pending: false,
@@ -487,8 +509,8 @@ impl Stp {
         std::mem::take(&mut self.tx)
     }
 
-    /// Learned entries to flush: of every port but the one given (`None`: every port).
-    pub fn take_flush(&mut self) -> Vec<Option<u16>> {
+    /// Learned entries to flush.
+    pub fn take_flush(&mut self) -> Vec<Flush> {
         std::mem::take(&mut self.flush)
     }
 
@@ -508,6 +530,9 @@ impl Stp {
         p.heard = false;
         p.agreed = false;
         p.proposed = false;
+        p.disputed = false;
+        p.shared = false;
+        p.last_peer = (0, 0);
         p.step_at = 0;
         self.update(now);
     }
@@ -533,7 +558,9 @@ impl Stp {
                 if p.role == Role::Designated {
                     p.tca_pending = true;
                     p.send_now = true;
-                    self.topology_change(Some(port as usize), now);
+                    // The change came from this port's side: flush the others, and tell this
+                    // port's 802.1D neighbour too (its root port ages its table on the TC flag).
+                    self.topology_change(Some(port as usize), true, now);
                 }
             }
             Bpdu::Config {
@@ -554,6 +581,26 @@ impl Stp {
                 };
                 let same_sender = matches!(p.info, Info::Received { vector: v, .. }
                     if v.bridge == vector.bridge && v.port == vector.port);
+                // Two other bridges on one port within three hello times: a shared segment.
+                if vector.bridge != id {
+                    let (peer, at) = p.last_peer;
+                    if peer != 0
+                        && peer != vector.bridge
+                        && now < at + 3 * Times::ns(times.hello.max(256))
+                    {
+                        p.shared = true;
+                    }
+                    p.last_peer = (vector.bridge, now);
+                }
+                let role_bits = (flags >> ROLE_SHIFT) & 3;
+                // A neighbour that claims to be designated and learning with worse information
+                // has not heard us: it disputes our role (§17.21.8), and we discard meanwhile.
+                p.disputed = rst
+                    && p.role == Role::Designated
+                    && role_bits == 3
+                    && flags & LEARNING != 0
+                    && vector > ours
+                    && vector.bridge != id;
                 let expires = now
                     + if rst {
                         3 * Times::ns(times.hello.max(256))
@@ -561,6 +608,12 @@ impl Stp {
                         Times::ns(times.max_age.saturating_sub(times.message_age))
                     };
                 if vector < ours || same_sender || vector.bridge == id {
+                    if let Info::Received { vector: old, .. } = p.info {
+                        // New information: an agreement given for the old one is void.
+                        if old != vector {
+                            p.agreed = false;
+                        }
+                    }
                     p.info = Info::Received {
                         vector,
                         times,
@@ -577,15 +630,23 @@ impl Stp {
                     // An inferior designated BPDU: answer with ours.
                     p.send_now = true;
                 }
-                let role_bits = (flags >> ROLE_SHIFT) & 3;
-                if rst && flags & AGREEMENT != 0 && role_bits != 3 && p.role == Role::Designated {
+                // An agreement counts only for a proposal we made, on our root, point to point.
+                if rst
+                    && !p.stp
+                    && !p.shared
+                    && p.proposing
+                    && flags & AGREEMENT != 0
+                    && role_bits != 3
+                    && p.role == Role::Designated
+                    && vector.root == self.root.root
+                {
                     p.agreed = true;
                 }
                 if flags & TCA != 0 {
                     p.tcn_pending = false;
                 }
                 if flags & TC != 0 && matches!(p.role, Role::Root | Role::Designated) {
-                    self.topology_change(Some(port as usize), now);
+                    self.topology_change(Some(port as usize), false, now);
                 }
             }
         }
@@ -603,9 +664,13 @@ impl Stp {
                     dirty = true;
                 }
             }
+            // Auto edge: an RSTP port proposing to nobody for the migration delay. Not with
+            // 802.1D, whose neighbours' root and blocked ports are silent.
             if p.up
                 && !p.edge
                 && !p.heard
+                && !p.stp
+                && p.proposing
                 && p.role == Role::Designated
                 && now >= p.up_since + MIGRATE_NS
             {
@@ -686,9 +751,11 @@ impl Stp {
                 _ => Role::Designated,
             };
             if role != p.role {
-                if role == Role::Designated {
-                    p.agreed = false;
-                }
+                // A port that takes the designated role from another starts over from
+                // discarding (it may have been forwarding as a root port: the standard's
+                // rrWhile/reRoot), and no agreement carries over between roles.
+                p.fresh = role == Role::Designated;
+                p.agreed = false;
                 p.role = role;
                 p.send_now = true;
             }
@@ -724,6 +791,15 @@ impl Stp {
         let mut tc_from = Vec::new();
         for (i, p) in self.ports.iter_mut().enumerate() {
             let before = p.state;
+            if std::mem::take(&mut p.fresh) && !p.edge {
+                p.state = State::Discarding;
+                p.step_at = 0;
+            }
+            if p.disputed && p.role == Role::Designated && !p.edge {
+                p.state = State::Discarding;
+                p.step_at = 0;
+                p.agreed = false;
+            }
             match p.role {
                 Role::Disabled | Role::Alternate | Role::Backup => {
                     p.state = State::Discarding;
@@ -735,6 +811,7 @@ impl Stp {
                     p.step_at = 0;
                     p.proposing = false;
                 }
+                Role::Designated if p.disputed && !p.edge => {}
                 Role::Designated => {
                     if p.edge || p.agreed {
                         p.state = State::Forwarding;
@@ -764,6 +841,10 @@ impl Stp {
                 if p.state == State::Forwarding && !p.edge {
                     tc_from.push(i);
                 }
+                if before == State::Forwarding && p.state == State::Discarding {
+                    // Its learned entries point where frames no longer go.
+                    self.flush.push(Flush::Only(i as u16));
+                }
             }
         }
         if agree {
@@ -773,33 +854,35 @@ impl Stp {
             }
         }
         for i in tc_from {
-            self.topology_change(Some(i), now);
+            self.topology_change(Some(i), true, now);
         }
     }
 
-    /// A topology change seen on (or caused by) `from` at `now`: flush the other ports' learned
-    /// entries and tell the rest of the tree.
-    fn topology_change(&mut self, from: Option<usize>, now: u64) {
+    /// A topology change at `now`, seen on `from` (`detected`: caused by `from` starting to
+    /// forward, or notified by its 802.1D neighbour; else received as a TC flag): flush the
+    /// other ports' learned entries and tell the rest of the tree — on `from` too when detected
+    /// there (§17.31).
+    fn topology_change(&mut self, from: Option<usize>, detected: bool, now: u64) {
         self.topology_changes += 1;
-        self.flush.push(from.map(|p| p as u16));
-        let root = self.root_port.is_none();
+        self.flush.push(Flush::AllBut(from.map(|p| p as u16)));
         let hello = Times::ns(self.root_times.hello.max(256));
+        // 802.1D bridges age their tables fast while the root's TC flag lasts: max age + forward
+        // delay (§17.31 for 802.1D ports).
         let long = Times::ns(self.root_times.max_age) + Times::ns(self.root_times.forward_delay);
         for (i, p) in self.ports.iter_mut().enumerate() {
-            if Some(i) == from || p.edge || !p.up {
+            if (Some(i) == from && !detected) || p.edge || !p.up {
                 continue;
             }
+            // A port already signalling a change goes on as it is (newTcWhile starts the timer
+            // only when it is not running): a change travels around a loop once, not forever.
             match p.role {
-                Role::Root => {
-                    if p.stp {
-                        p.tcn_pending = true;
-                    } else {
-                        p.tc_until = now + 2 * hello;
-                    }
+                Role::Root if p.stp && !p.tcn_pending => {
+                    p.tcn_pending = true;
                     p.send_now = true;
                 }
-                Role::Designated => {
-                    p.tc_until = now + if root && p.stp { long } else { 2 * hello };
+                Role::Root if p.stp => {}
+                Role::Root | Role::Designated if p.tc_until <= now => {
+                    p.tc_until = now + if p.stp { long } else { 2 * hello };
                     p.send_now = true;
                 }
                 _ => {}
@@ -811,7 +894,13 @@ impl Stp {
     /// TCNs on an 802.1D root port until acknowledged.
     fn transmit(&mut self, now: u64) {
         let hello = Times::ns(self.own_times.hello.max(256));
-        let (id, root, times) = (self.id, self.root, self.root_times);
+        // The root's times, but the hello time this bridge sends at: receivers age our
+        // information after three of those.
+        let times = Times {
+            hello: self.own_times.hello,
+            ..self.root_times
+        };
+        let (id, root) = (self.id, self.root);
         for (i, p) in self.ports.iter_mut().enumerate() {
             if !p.up {
                 continue;
@@ -847,7 +936,9 @@ impl Stp {
                     })
                 }
                 Role::Root if p.stp && p.tcn_pending && (p.send_now || due) => Some(Bpdu::Tcn),
-                Role::Root | Role::Alternate | Role::Backup if !p.stp && p.send_now => {
+                Role::Root | Role::Alternate | Role::Backup
+                    if !p.stp && (p.send_now || (due && p.tc_until > now)) =>
+                {
                     // RSTP: an agreement, a TC or a role change goes out on the root port too.
                     let role_bits: u8 = if p.role == Role::Root { 2 } else { 1 };
                     let mut flags = state_flags(p.state) | role_bits << ROLE_SHIFT;

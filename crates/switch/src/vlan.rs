@@ -277,6 +277,12 @@ impl PortPlan {
         self.aware
     }
 
+    /// The VLAN of untagged frames on `port` (0: none).
+    #[inline(always)]
+    pub fn untagged_vid(&self, port: u16) -> u16 {
+        self.pvid.get(port as usize).copied().unwrap_or(0)
+    }
+
     /// Whether `port` is a member of VLAN `vid`.
     #[inline(always)]
     pub fn is_member(&self, port: u16, vid: u16) -> bool {

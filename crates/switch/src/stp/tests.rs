@@ -36,6 +36,8 @@ struct Net {
     b: Vec<Stp>,
     links: Vec<(End, End, bool)>,
     now: u64,
+    /// Frames sent from this end are lost (a one-way fault).
+    deaf: Option<End>,
 }
 
 impl Net {
@@ -44,6 +46,7 @@ impl Net {
             b,
             links: links.iter().map(|&(x, y)| (x, y, true)).collect(),
             now: 1,
+            deaf: None,
         };
         for i in 0..n.b.len() {
             for p in 0..n.b[i].ports.len() {
@@ -70,6 +73,9 @@ impl Net {
             for i in 0..self.b.len() {
                 for (port, frame) in self.b[i].take_tx() {
                     any = true;
+                    if self.deaf == Some((i, port)) {
+                        continue;
+                    }
                     if let Some((j, q)) = self.peer((i, port)) {
                         let now = self.now;
                         self.b[j].receive(q, &frame, now);
@@ -200,11 +206,44 @@ fn two_links_make_one_tree_and_the_alternate_takes_over() {
     assert_eq!(n.state(1, 1), (Role::Root, State::Forwarding));
     assert!(n.b[1].topology_changes > flushes0, "a topology change");
     assert!(
-        n.b[1].take_flush().contains(&Some(1)),
+        n.b[1].take_flush().contains(&Flush::AllBut(Some(1))),
         "the other ports' entries flushed"
     );
+    // The change travelled: A flushed what it learned on its other ports.
     n.run(S);
+    assert!(n.b[0].take_flush().contains(&Flush::AllBut(Some(1))));
     assert_eq!(n.forwarding_links(), vec![1]);
+}
+
+/// BPDUs from the root lost in one direction on the forwarding link (a one-way fault): B's
+/// information there ages, its port there becomes designated and starts over from discarding,
+/// the alternate takes over, and the root disputes B's designated claim — at no moment do both
+/// links forward.
+#[test]
+fn a_one_way_fault_never_makes_a_loop() {
+    let a = bridge(1, 4096, 2, false, &[]);
+    let b = bridge(2, 32768, 2, false, &[]);
+    let mut n = Net::new(vec![a, b], &[((0, 0), (1, 0)), ((0, 1), (1, 1))]);
+    n.run(S);
+    assert_eq!(n.forwarding_links(), vec![0]);
+    n.deaf = Some((0, 0));
+    for _ in 0..600 {
+        n.run(50_000_000);
+        assert!(n.forwarding_links().len() <= 1, "loop at {} ns", n.now);
+    }
+    assert_eq!(n.state(1, 1), (Role::Root, State::Forwarding));
+    assert_ne!(
+        n.state(0, 0).1,
+        State::Forwarding,
+        "the root's side disputes"
+    );
+    // The fault clears: the tree returns to link 0.
+    n.deaf = None;
+    for _ in 0..300 {
+        n.run(50_000_000);
+        assert!(n.forwarding_links().len() <= 1, "loop at {} ns", n.now);
+    }
+    assert_eq!(n.forwarding_links(), vec![0]);
 }
 
 /// Against a bridge that speaks only 802.1D (as a Linux bridge with `stp_state 1`): the ports
