@@ -30,11 +30,14 @@ use anyhow::{Context, Result};
 use fp_cuckoo::{CompactMap, CompactWriter, Config, PagePolicy};
 use fp_engine::sys::pin_to_cpu;
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
+use fp_pipeline::published::Published;
 use fp_switch::controller::learn_queue;
 use fp_switch::stage::{LookupMode, SwitchWorker};
+use fp_switch::vlan::{FidMap, PortPlan, PortVlans};
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 const PORTS: u16 = 4;
@@ -112,6 +115,50 @@ fn build_fib(n: u64, pages: PagePolicy, seed: u64, ports: u16) -> Result<Compact
     Ok(w)
 }
 
+/// The VLAN of the VLAN cases.
+const VLAN: u16 = 10;
+
+/// A VLAN-aware switch's FIB of `n` entries in VLAN [`VLAN`] (FID `fid`), keyed as the switch
+/// keys it: (FID, MAC) in one word, the port in the bits a 4-port switch needs.
+fn build_vlan_fib(n: u64, pages: PagePolicy, seed: u64, fid: u16) -> Result<CompactWriter> {
+    let cfg = Config::with_capacity(n as usize).seed(seed).pages(pages);
+    let (mut w, _) =
+        CompactMap::with_value_bits(&cfg, fp_switch::vlan::value_bits(PORTS as usize))?;
+    for i in 0..n {
+        w.insert(fp_switch::vlan::key(fid, mac(i)), out_port(i, PORTS))
+            .with_context(|| format!("VLAN FIB insert #{i}"))?;
+    }
+    Ok(w)
+}
+
+/// The port plans of the VLAN cases: every port an access port of [`VLAN`] (untagged traffic),
+/// or port 0 a trunk carrying it tagged and the others access ports (tagged traffic in, popped
+/// on the way out).
+fn vlan_plans() -> (FidMap, Arc<Published<PortPlan>>, Arc<Published<PortPlan>>) {
+    let mut fids = FidMap::default();
+    fids.assign(&[VLAN].into_iter().collect(), 4094)
+        .expect("one VLAN fits");
+    let access = vec![PortVlans::Access(VLAN); PORTS as usize];
+    let mut trunk = access.clone();
+    trunk[0] = PortVlans::Trunk {
+        allowed: vec![VLAN],
+        native: None,
+    };
+    let plan = |m: &[PortVlans]| Arc::new(Published::new(Arc::new(PortPlan::new(m, &fids))));
+    let (a, t) = (plan(&access), plan(&trunk));
+    (fids, a, t)
+}
+
+/// `f` with an 802.1Q tag of [`VLAN`] after its MACs (64 bytes).
+fn tagged(f: &[u8; FRAME]) -> [u8; FRAME + 4] {
+    let mut t = [0u8; FRAME + 4];
+    t[..12].copy_from_slice(&f[..12]);
+    t[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+    t[14..16].copy_from_slice(&VLAN.to_be_bytes());
+    t[16..].copy_from_slice(&f[12..]);
+    t
+}
+
 /// The FIB's port for entry `i`: never port 0, where the measured frames come in.
 fn out_port(i: u64, ports: u16) -> u16 {
     1 + (i % (ports as u64 - 1)) as u16
@@ -127,8 +174,8 @@ fn frames(n: u64, count: usize, seed: u64) -> Vec<[u8; FRAME]> {
 
 /// Forward `count` frames through `step` (bursts of 32, receive copy, per-port transmit recycled);
 /// returns Mpps.
-fn drive(
-    fr: &[[u8; FRAME]],
+fn drive<const N: usize>(
+    fr: &[[u8; N]],
     count: usize,
     pool: &mut Pool,
     tx: &mut [Vec<Packet>],
@@ -382,6 +429,34 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
         };
         let hp = worker(&huge, LookupMode::Prefetched);
         let pages = st.pages.to_string();
+        // VLANs: the same destinations in VLAN 10 of a VLAN-aware switch, untagged on access
+        // ports, and tagged on a trunk (popped on the way out to access ports).
+        let (fids, access_plan, trunk_plan) = vlan_plans();
+        let vfib = if n <= 256 << 20 {
+            let fid = fids.get(VLAN).expect("VLAN 10 has a FID");
+            Some(build_vlan_fib(n, PagePolicy::Auto, a.common.seed, fid)?)
+        } else {
+            None
+        };
+        let vlan_worker = |plan: &Arc<Published<PortPlan>>| {
+            vfib.as_ref().map(|w| {
+                let sw = worker(w, LookupMode::Prefetched);
+                sw.borrow_mut().set_plan(plan.clone());
+                sw
+            })
+        };
+        let (v_access, v_trunk) = (vlan_worker(&access_plan), vlan_worker(&trunk_plan));
+        let fr_tagged: Vec<[u8; FRAME + 4]> = fr.iter().map(tagged).collect();
+        let run_tagged = |sw: &RefCell<SwitchWorker>| -> Result<f64> {
+            let mut sw = sw.borrow_mut();
+            Ok(drive(
+                &fr_tagged,
+                per_round,
+                &mut pool.borrow_mut(),
+                &mut tx.borrow_mut(),
+                |rx, tx, pool| sw.process(0, rx, tx, pool, 0),
+            ))
+        };
         let mut variants: Vec<(&str, RefCell<SwitchWorker>, &str)> = Vec::new();
         if let Some(s) = &small {
             variants.push(("1_plain", worker(s, LookupMode::Single), "4K"));
@@ -401,9 +476,45 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
         for (_, sw, _) in &variants {
             runs.push(Box::new(move || run_sw(sw)));
         }
+        if let (Some(acc), Some(trk)) = (&v_access, &v_trunk) {
+            runs.push(Box::new(move || run_sw(acc)));
+            runs.push(Box::new(move || run_tagged(trk)));
+        }
         let refs: Vec<&dyn Fn() -> Result<f64>> = runs.iter().map(|f| f.as_ref()).collect();
         let v = contest(rounds, &refs)?;
         let (bv, ours, stream, piped) = (v[0], v[1], v[2], v[3]);
+        if let (Some(acc), Some(trk)) = (&v_access, &v_trunk) {
+            let (va, vt) = (v[4 + variants.len()], v[5 + variants.len()]);
+            for sw in [acc, trk] {
+                let st = sw.borrow();
+                let st = st.stats();
+                anyhow::ensure!(
+                    st.forwarded.get() == st.rx.get(),
+                    "the VLAN-aware switch forwarded {} of {} frames",
+                    st.forwarded.get(),
+                    st.rx.get()
+                );
+            }
+            for (traffic, val) in [
+                ("untagged frames on access ports of VLAN 10", va),
+                (
+                    "tagged frames of VLAN 10 from a trunk to access ports (tag popped)",
+                    vt,
+                ),
+            ] {
+                rep.add(
+                    Record::higher("forward_vlan", val, "Mpps")
+                        .param("entries", n)
+                        .param("pages", pages.clone())
+                        .param("traffic", traffic)
+                        .param(
+                            "peer_config",
+                            "the same destinations, untagged, in the VLAN-unaware switch",
+                        )
+                        .peer("vlan_unaware", ours),
+                )?;
+            }
+        }
         for sw in [&hp, &streaming] {
             let st = sw.borrow();
             let st = st.stats();
