@@ -365,6 +365,18 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
         let huge = build_fib(n, PagePolicy::Auto, a.common.seed, PORTS)?;
         let st = huge.stats();
         rep.note(&format!("{n} entries: {st}"));
+        // VLANs: the same destinations in VLAN 10 of a VLAN-aware switch (its FIB built next, so
+        // that it gets huge pages as the first did), untagged on access ports, and tagged on a
+        // trunk (popped on the way out to access ports).
+        let (fids, access_plan, trunk_plan) = vlan_plans();
+        let vfib = if n <= 256 << 20 {
+            let fid = fids.get(VLAN).expect("VLAN 10 has a FID");
+            let w = build_vlan_fib(n, PagePolicy::Auto, a.common.seed, fid)?;
+            rep.note(&format!("{n} entries, VLAN-aware FIB: {}", w.stats()));
+            Some(w)
+        } else {
+            None
+        };
         let small = if n <= 256 << 20 {
             Some(build_fib(n, PagePolicy::Normal, a.common.seed, PORTS)?)
         } else {
@@ -429,15 +441,6 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
         };
         let hp = worker(&huge, LookupMode::Prefetched);
         let pages = st.pages.to_string();
-        // VLANs: the same destinations in VLAN 10 of a VLAN-aware switch, untagged on access
-        // ports, and tagged on a trunk (popped on the way out to access ports).
-        let (fids, access_plan, trunk_plan) = vlan_plans();
-        let vfib = if n <= 256 << 20 {
-            let fid = fids.get(VLAN).expect("VLAN 10 has a FID");
-            Some(build_vlan_fib(n, PagePolicy::Auto, a.common.seed, fid)?)
-        } else {
-            None
-        };
         let vlan_worker = |plan: &Arc<Published<PortPlan>>| {
             vfib.as_ref().map(|w| {
                 let sw = worker(w, LookupMode::Prefetched);
@@ -502,10 +505,12 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
                     vt,
                 ),
             ] {
+                let vpages = vfib.as_ref().map(|w| w.stats().pages.to_string());
                 rep.add(
                     Record::higher("forward_vlan", val, "Mpps")
                         .param("entries", n)
-                        .param("pages", pages.clone())
+                        .param("pages", vpages.unwrap_or_default())
+                        .param("peer_pages", pages.clone())
                         .param("traffic", traffic)
                         .param(
                             "peer_config",
