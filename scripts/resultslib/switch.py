@@ -321,8 +321,8 @@ def t_vlan(runs):
     rows = []
     for n in sizes_of(vl):
         base = r.find("forward", entries=n)
-        untagged = [x for x in vl if x["params"]["entries"] == n and "untagged" in x["params"]["traffic"]]
-        tagged = [x for x in vl if x["params"]["entries"] == n and "tagged frames" in x["params"]["traffic"]]
+        untagged = [x for x in vl if x["params"]["entries"] == n and x["params"]["traffic"].startswith("untagged")]
+        tagged = [x for x in vl if x["params"]["entries"] == n and x["params"]["traffic"].startswith("tagged")]
         if not (untagged and tagged):
             continue
         u, t = untagged[0], tagged[0]
