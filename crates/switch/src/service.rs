@@ -521,7 +521,7 @@ impl Service for SwitchService {
         Ok(())
     }
 
-    /// Read the configuration file again and apply it ([`SwitchService::apply`]).
+    /// Read the configuration file again and apply what a reload may change.
     fn reload(&mut self, _cx: &mut Context<'_>) -> Result<u64> {
         let Some(path) = self.cfg.file.clone() else {
             anyhow::bail!(
