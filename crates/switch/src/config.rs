@@ -84,6 +84,8 @@ pub struct SwitchConfig {
     pub stp: Option<StpSettings>,
     /// The file the settings came from (what a reload reads again), if any.
     pub file: Option<PathBuf>,
+    /// The FIB preload file, if any (read at start only).
+    pub fib_file: Option<PathBuf>,
     /// Entries preloaded from a FIB file.
     pub preload: Vec<(MacAddr, u16)>,
     /// FIB capacity asked (at least the preload and the statics).
@@ -118,6 +120,9 @@ pub struct StpSettings {
     /// Per port: path cost, port priority, edge.
     pub ports: Vec<(u32, u8, bool)>,
 }
+
+/// The longest aging time (one year): beyond it aging is as good as off.
+pub const MAX_AGING_SECS: f64 = 365.0 * 86400.0;
 
 /// Frames a worker gathers for one lookup by default: eight receive bursts, the lookup call
 /// size at which the FIB's reads stay in flight from one chunk of keys into the next.
@@ -154,10 +159,10 @@ impl SwitchConfig {
                 return Err(invalid("--ports", format!("{p:?} is listed twice")));
             }
         }
-        if !(aging_secs > 0.0 && aging_secs.is_finite()) {
+        if !(1.0..=MAX_AGING_SECS).contains(&aging_secs) {
             return Err(invalid(
                 "--aging-secs",
-                "must be a positive number of seconds",
+                format!("must be between 1 and {MAX_AGING_SECS} seconds, got {aging_secs}"),
             ));
         }
         if learn_queue == 0 {
@@ -183,6 +188,7 @@ impl SwitchConfig {
             stp: None,
             statics,
             file: None,
+            fib_file: fib.map(Path::to_path_buf),
             preload,
             fib_capacity,
             learn_queue,
@@ -216,11 +222,21 @@ impl SwitchConfig {
 
     /// Read and check a configuration file ([`SwitchConfig::from_toml`]); errors name the file.
     pub fn from_file(path: &Path) -> Result<SwitchConfig, ConfigError> {
+        SwitchConfig::read_file(path, true)
+    }
+
+    /// [`SwitchConfig::from_file`] for a reload: the FIB preload file is named but not read
+    /// (a preload is loaded at start only).
+    pub fn from_file_for_reload(path: &Path) -> Result<SwitchConfig, ConfigError> {
+        SwitchConfig::read_file(path, false)
+    }
+
+    fn read_file(path: &Path, preload: bool) -> Result<SwitchConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             file: path.to_path_buf(),
             source,
         })?;
-        let mut cfg = SwitchConfig::from_toml(&text).map_err(|e| match e {
+        let mut cfg = SwitchConfig::parse(&text, preload).map_err(|e| match e {
             ConfigError::Invalid { .. } => ConfigError::File {
                 file: path.to_path_buf(),
                 message: e.to_string(),
@@ -256,6 +272,10 @@ impl SwitchConfig {
     /// A port without `vlan` or `trunk` is an access port of VLAN 1 when some other port has
     /// VLAN settings; when none has, the switch is VLAN-unaware.
     pub fn from_toml(text: &str) -> Result<SwitchConfig, ConfigError> {
+        SwitchConfig::parse(text, true)
+    }
+
+    fn parse(text: &str, read_preload: bool) -> Result<SwitchConfig, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
@@ -274,13 +294,14 @@ impl SwitchConfig {
             ports.clone(),
             sw.aging_secs.unwrap_or(300.0),
             &[],
-            sw.fib.as_deref(),
+            sw.fib.as_deref().filter(|_| read_preload),
             sw.fib_capacity.unwrap_or(1 << 20),
             sw.learn_queue.unwrap_or(4096),
             sw.fib_cache.unwrap_or(0),
             sw.trace.unwrap_or(true),
         )
         .map_err(|e| rename_option(e, "port", "switch"))?;
+        cfg.fib_file = sw.fib.clone();
         if let Some(g) = sw.gather {
             cfg.set_gather(g)
                 .map_err(|e| rename_option(e, "", "switch"))?;
@@ -551,8 +572,10 @@ impl SwitchConfig {
             Some("switch.trace")
         } else if self.state_dir != new.state_dir {
             Some("switch.state_dir")
-        } else if self.preload != new.preload {
+        } else if self.fib_file != new.fib_file {
             Some("switch.fib")
+        } else if self.fib_file.is_some() && self.vlans != new.vlans {
+            Some("port (VLANs: the preloaded entries of switch.fib sit in their ports' VLANs)")
         } else if self.stp != new.stp {
             Some("stp (and the ports' stp_cost, stp_priority, edge)")
         } else {
@@ -1013,6 +1036,8 @@ mod tests {
             ),
             (ports(&["a", "b"]), 0.0, 64, "--aging-secs"),
             (ports(&["a", "b"]), f64::NAN, 64, "--aging-secs"),
+            (ports(&["a", "b"]), 1e20, 64, "--aging-secs"),
+            (ports(&["a", "b"]), 1e-12, 64, "--aging-secs"),
             (ports(&["a", "b"]), 300.0, 0, "--learn-queue"),
         ] {
             let e = SwitchConfig::new(p, aging, &[], None, 10, q, 0, true).unwrap_err();
@@ -1234,6 +1259,24 @@ mod tests {
         assert_eq!(a.fixed_differs(&b), Some("switch.fib_capacity"));
         let c = SwitchConfig::from_toml(&FILE.replace("\"spare\"", "\"other\"")).unwrap();
         assert!(a.fixed_differs(&c).unwrap().starts_with("port"));
+        // A preload is named, not read, on a reload; with one, VLAN changes need a restart.
+        let dir = std::env::temp_dir().join(format!("fp-switch-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fib = dir.join("fib.txt");
+        std::fs::write(&fib, "02:00:00:00:00:0a 0\n").unwrap();
+        let with_fib = FILE.replace("aging_secs = 60", &format!("fib = {:?}", fib));
+        let f = dir.join("sw.toml");
+        std::fs::write(&f, &with_fib).unwrap();
+        let start = SwitchConfig::from_file(&f).unwrap();
+        assert_eq!(start.preload.len(), 1);
+        std::fs::remove_file(&fib).unwrap();
+        let again = SwitchConfig::from_file_for_reload(&f).unwrap();
+        assert!(again.preload.is_empty());
+        assert_eq!(start.fixed_differs(&again), None);
+        std::fs::write(&f, with_fib.replace("vlan = 20\n", "vlan = 30\n")).unwrap();
+        let vlans = SwitchConfig::from_file_for_reload(&f).unwrap();
+        assert!(start.fixed_differs(&vlans).unwrap().contains("switch.fib"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -235,7 +235,11 @@ impl SwitchControl {
         };
         let mut storm = self.storm.clone();
         storm.resize(self.ports, Storm::default());
-        self.current = Arc::new(plan.with_storm(storm).with_stp(self.stp.clone()));
+        self.current = Arc::new(
+            plan.with_storm(storm)
+                .with_stp(self.stp.clone())
+                .with_refresh((self.aging_ns / 4).max(1)),
+        );
         self.plan.publish(self.current.clone());
     }
 
@@ -418,6 +422,23 @@ impl SwitchControl {
             self.forget((v, m));
         }
         self.stats.flushed += stale.len() as u64;
+        // Static entries whose key changes (their VLAN gone, the switch now VLAN-aware or not)
+        // leave the FIB under their old key and the list; the caller sets the statics again.
+        let aware = modes.is_some();
+        let moved: Vec<Id> = self
+            .statics
+            .keys()
+            .filter(|&&(v, m)| {
+                Self::key_with(&old_fids, was_aware, v, m) != Self::key_with(&fids, aware, v, m)
+            })
+            .copied()
+            .collect();
+        for (v, m) in moved {
+            if let Some(k) = Self::key_with(&old_fids, was_aware, v, m) {
+                self.fib.remove(k);
+            }
+            self.statics.remove(&(v, m));
+        }
         self.fids = fids;
         self.modes = modes;
         if self.ports != ports {
@@ -683,7 +704,8 @@ impl SwitchControl {
                 aged += 1;
                 continue;
             }
-            let member = self.modes.is_none() || plan.is_member(port, vlan);
+            let member =
+                vlan <= vlan::MAX_VID && (self.modes.is_none() || plan.is_member(port, vlan));
             let Some(key) = self.key(vlan, mac).filter(|_| member) else {
                 vlan_gone += 1;
                 continue;
@@ -752,9 +774,10 @@ impl SwitchControl {
         self.fib.get(self.key(vlan, mac)?)
     }
 
-    /// Change the aging time (a reload).
+    /// Change the aging time (a reload); the workers' refresh interval follows.
     pub fn set_aging(&mut self, aging_ns: u64) {
         self.aging_ns = aging_ns;
+        self.publish_plan();
     }
 
     /// The static entries, by (VLAN, MAC).

@@ -91,7 +91,9 @@ impl StormBuckets {
             *tokens = cap;
         } else {
             let dt = now_ns.saturating_sub(*last).min(1_000_000_000);
-            *tokens = (*tokens + dt * per_worker / 1_000_000_000).min(cap);
+            // In u128: rate x dt overflows u64 for fast ports after a pause.
+            let add = (dt as u128 * per_worker as u128 / 1_000_000_000) as u64;
+            *tokens = tokens.saturating_add(add).min(cap);
         }
         *last = now_ns.max(1);
         if *tokens >= MICRO {
@@ -182,6 +184,14 @@ mod tests {
             .map(|i| w.admit(&limits, 0, Kind::UnknownUnicast, 1 + i * 100_000) as u32)
             .sum();
         assert!((100..=112).contains(&passed), "{passed} passed");
+        // A fast port after a pause: no overflow, a full bucket.
+        let fast = Storm {
+            broadcast: 4_000_000_000,
+            ..limits
+        };
+        let mut f = StormBuckets::new(1, 1);
+        assert!(f.admit(&fast, 0, Kind::Broadcast, 1));
+        assert!(f.admit(&fast, 0, Kind::Broadcast, 1 + 5_000_000_000));
         // Out-of-range ports and kinds without a limit always pass.
         assert!(w.admit(&limits, 7, Kind::Broadcast, 5));
     }

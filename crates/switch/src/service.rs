@@ -418,22 +418,25 @@ impl SwitchService {
         if let Some(field) = self.cfg.fixed_differs(&new) {
             anyhow::bail!("{field}: changes only with a restart");
         }
-        // Statics resolve under the new VLANs: check them first against a dry plan.
+        // The file was validated as a whole (every VLAN and static resolved, the VLAN count
+        // checked against the FIB key's room), so setting the VLANs cannot fail here; only a
+        // full FIB can refuse a static entry, and then the rest of the file is in force.
         let flushed = self
             .ctl
             .set_vlans(new.ports.len(), new.vlans.clone())
             .map_err(|e| anyhow::anyhow!("port: {e}"))?;
-        if let Err(e) = self.ctl.set_statics(&new.statics) {
-            // The FIB is full (validation resolved every VLAN): say so; what fit stays.
-            anyhow::bail!("static: {e}");
-        }
         self.ctl.set_aging(new.aging_ns());
         self.ctl
             .set_guards(new.storm.clone(), new.max_macs.clone(), new.damping);
         self.age_every = (new.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let preload = std::mem::take(&mut self.cfg.preload);
+        let statics = self.ctl.set_statics(&new.statics);
         self.cfg = new;
-        self.cfg.preload = preload;
+        if let Err(e) = statics {
+            anyhow::bail!(
+                "static: {e}; the rest of the new configuration is in force, the static entries \
+                 before this one too"
+            );
+        }
         Ok(flushed)
     }
 }
@@ -528,7 +531,7 @@ impl Service for SwitchService {
                 "the switch runs with command-line settings; start it with --config FILE to reload"
             );
         };
-        let r = SwitchConfig::from_file(&path)
+        let r = SwitchConfig::from_file_for_reload(&path)
             .map_err(anyhow::Error::from)
             .and_then(|new| self.apply(new));
         match r {

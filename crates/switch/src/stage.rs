@@ -206,6 +206,9 @@ impl FibCache {
 /// Per-worker cache of recently reported source MACs: (mac, port, time reported).
 const REFRESH_SLOTS: usize = 4096;
 
+/// A new or moved source is reported again from the same port at most this often (ns).
+const MOVE_REPORT_NS: u64 = 1_000_000_000;
+
 /// Most frames a worker gathers for one lookup ([`SwitchWorker::set_gather`]).
 pub const MAX_GATHER: usize = 1024;
 
@@ -541,7 +544,11 @@ impl SwitchWorker {
     fn take(&mut self, in_port: u16, rx: &mut Vec<Packet>) {
         if self.held.is_empty() {
             if let Some(c) = &mut self.vlans {
-                c.refresh();
+                if c.refresh() {
+                    if let Some(r) = c.get().refresh_ns() {
+                        self.refresh_ns = r;
+                    }
+                }
             }
         }
         // Out of `self` while in use (no reference count touched per burst).
@@ -721,8 +728,14 @@ impl SwitchWorker {
                 continue;
             }
             // Learning: a new source, a moved one, or one whose age needs refreshing.
-            if learn && (seen[i] != Some(in_port) || self.refresh_due(s, in_port, now_ns)) {
-                self.report(s, vid, in_port, now_ns);
+            if learn {
+                let due = match seen[i] {
+                    Some(p) if p == in_port => self.refresh_due(s, in_port, now_ns),
+                    _ => !self.reported_recently(s, in_port, now_ns),
+                };
+                if due {
+                    self.report(s, vid, in_port, now_ns);
+                }
             }
             if is_group(d) && is_link_local(d) {
                 self.stats.link_local.inc();
@@ -908,6 +921,14 @@ impl SwitchWorker {
     fn refresh_due(&self, mac: Key, port: u16, now: u64) -> bool {
         let (m, p, t) = self.refresh[Self::slot(mac)];
         !(m == mac && p == port && now.saturating_sub(t) < self.refresh_ns)
+    }
+
+    /// Whether a source seen on `port` though the FIB says otherwise was reported from there
+    /// within the last second: a move the writer holds back (a pinned MAC) is not reported
+    /// for every frame.
+    fn reported_recently(&self, mac: Key, port: u16, now: u64) -> bool {
+        let (m, p, t) = self.refresh[Self::slot(mac)];
+        m == mac && p == port && now.saturating_sub(t) < MOVE_REPORT_NS.min(self.refresh_ns)
     }
 
     fn report(&mut self, mac: Key, vlan: u16, port: u16, now: u64) {
@@ -1806,6 +1827,41 @@ mod tests {
     }
 
     #[test]
+    fn statics_of_a_removed_vlan_leave_the_fib_and_no_new_vlan_inherits_them() {
+        use crate::controller::Static;
+        use crate::vlan::PortVlans;
+        let mut s = vlan_switch();
+        let m = plus(A, 0x55);
+        s.c.set_statics(&[Static {
+            mac: m,
+            vlan: 20,
+            port: 1,
+        }])
+        .unwrap();
+        let before = s.c.fib_stats().len;
+        // VLAN 20 goes; VLAN 40 comes on port 1.
+        let modes = vec![
+            PortVlans::Access(10),
+            PortVlans::Access(40),
+            PortVlans::Trunk {
+                allowed: vec![10, 40],
+                native: None,
+            },
+            PortVlans::Access(10),
+        ];
+        s.c.set_vlans(4, Some(modes)).unwrap();
+        s.c.set_statics(&[]).unwrap();
+        assert_eq!(s.c.fib_stats().len, before - 1, "the static left the FIB");
+        assert_eq!((s.c.lookup_in(20, m), s.c.lookup_in(40, m)), (None, None));
+        assert!(s.c.statics().is_empty());
+        // A frame to it in VLAN 40 is flooded (unknown), not sent to the old static's port only.
+        assert_eq!(s.exchange(2, tagged(m, B, Some(40)), 1).len(), 1);
+        assert_eq!(s.w.stats().unknown_unicast.get(), 1);
+        // A carried entry with a VLAN id out of range (a damaged file) is left out.
+        assert_eq!(s.c.restore(&[(m, 5000, 1, 0)], 2), (0, 0, 0, 1));
+    }
+
+    #[test]
     fn port_security_stops_a_mac_flood_at_the_port_limit() {
         use crate::guard::{Damping, Storm};
         let mut s = Sw::new(3);
@@ -1870,6 +1926,13 @@ mod tests {
         assert_eq!((p.len(), p[0].mac, p[0].port, p[0].other), (1, A, 1, 0));
         assert!(s.c.take_pinned().is_empty());
         assert_eq!(s.c.pinned(2_000_000_000).len(), 1);
+        // A pinned MAC that keeps talking from the other port is reported at most once a
+        // second, not per frame: the learn queue stays free for the others.
+        let sent = s.w.stats().learn_sent.get();
+        for i in 0..100u64 {
+            s.send(0, frame(BCAST, A), 2_000_000_000 + i * 1_000_000);
+        }
+        assert!(s.w.stats().learn_sent.get() - sent <= 1);
         // After the hold, A may move again.
         s.send(0, frame(BCAST, A), 40_000_000_000);
         assert_eq!(s.c.lookup(A), Some(0));

@@ -136,11 +136,19 @@ impl FidMap {
         for (v, _) in &gone {
             self.by_vid.remove(v);
         }
-        let used: BTreeSet<u16> = self.by_vid.values().copied().collect();
-        let mut free = (1..).filter(|f| !used.contains(f));
+        // A FID freed here is taken again only when no other is free: frames a worker still
+        // holds under the old plan must not meet entries of a new VLAN under their old FID.
+        let freed: BTreeSet<u16> = gone.iter().map(|&(_, f)| f).collect();
+        let mut used: BTreeSet<u16> = self.by_vid.values().copied().collect();
+        let top = limit.min(u16::MAX as usize) as u16;
         for &v in vids {
             if let std::collections::btree_map::Entry::Vacant(e) = self.by_vid.entry(v) {
-                e.insert(free.next().expect("an unbounded range"));
+                let f = (1..=top)
+                    .find(|f| !used.contains(f) && !freed.contains(f))
+                    .or_else(|| (1..=top).find(|f| !used.contains(f)))
+                    .expect("no more VLANs than the limit");
+                used.insert(f);
+                e.insert(f);
             }
         }
         Ok(gone)
@@ -178,6 +186,9 @@ pub struct PortPlan {
     storm_on: bool,
     /// Per port, the spanning tree's state (none: no spanning tree, every port forwards).
     stp: Option<Vec<crate::stp::State>>,
+    /// How often workers refresh a talking MAC's age (a quarter of the aging time; 0: their
+    /// own setting).
+    refresh_ns: u64,
     /// Per port: the VLAN of untagged frames, 0 if none.
     pvid: Vec<u16>,
     /// Per port: membership bitmap over VLAN ids.
@@ -198,6 +209,7 @@ impl PortPlan {
             storm: vec![Default::default(); ports],
             storm_on: false,
             stp: None,
+            refresh_ns: 0,
             pvid: vec![0; ports],
             member: vec![[0; 64]; ports],
             fid: vec![0; 4096].into_boxed_slice(),
@@ -235,6 +247,17 @@ impl PortPlan {
     pub fn with_stp(mut self, states: Option<Vec<crate::stp::State>>) -> PortPlan {
         self.stp = states;
         self
+    }
+
+    /// The plan with the workers' refresh interval for talking MACs (a quarter of the aging).
+    pub fn with_refresh(mut self, refresh_ns: u64) -> PortPlan {
+        self.refresh_ns = refresh_ns;
+        self
+    }
+
+    /// The refresh interval the plan sets, if any.
+    pub fn refresh_ns(&self) -> Option<u64> {
+        (self.refresh_ns != 0).then_some(self.refresh_ns)
     }
 
     /// Whether the spanning tree runs (BPDUs go to the control side, port states apply).
@@ -286,7 +309,10 @@ impl PortPlan {
     /// Whether `port` is a member of VLAN `vid`.
     #[inline(always)]
     pub fn is_member(&self, port: u16, vid: u16) -> bool {
-        self.member[port as usize][vid as usize / 64] >> (vid % 64) & 1 == 1
+        self.member
+            .get(port as usize)
+            .and_then(|m| m.get(vid as usize / 64))
+            .is_some_and(|w| w >> (vid % 64) & 1 == 1)
     }
 
     /// The FID of a configured VLAN (0 otherwise).
@@ -492,7 +518,15 @@ mod tests {
         let (a, b, c) = (m.get(10).unwrap(), m.get(20).unwrap(), m.get(30).unwrap());
         assert_eq!(m.assign(&set(&[10, 30, 40]), 8).unwrap(), vec![(20, b)]);
         assert_eq!((m.get(10), m.get(30), m.get(20)), (Some(a), Some(c), None));
-        assert_eq!(m.get(40), Some(b), "the freed FID is reused");
+        assert_eq!(m.get(40), Some(4), "a FID freed in the same change waits");
+        // Later, freed FIDs are taken again (lowest first).
+        m.assign(&set(&[10, 30, 40, 50]), 8).unwrap();
+        assert_eq!(m.get(50), Some(b));
+        // With no other room, a FID freed in the same change is taken.
+        let mut tight = FidMap::default();
+        tight.assign(&set(&[1, 2]), 2).unwrap();
+        assert_eq!(tight.assign(&set(&[1, 3]), 2).unwrap(), vec![(2, 2)]);
+        assert_eq!(tight.get(3), Some(2));
         let e = m.assign(&set(&[1, 2, 3]), 2).unwrap_err();
         assert!(e.contains("room for 2"), "{e}");
         assert_eq!(value_bits(2), 2);
