@@ -236,14 +236,7 @@ impl Bed {
 
     /// All samples of /metrics: `name{labels}` → value.
     fn metrics(&self) -> Result<HashMap<String, f64>> {
-        let text = self.get("/metrics")?;
-        let mut m = HashMap::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            if let Some((k, v)) = line.rsplit_once(' ') {
-                m.insert(k.to_string(), v.parse::<f64>().unwrap_or(f64::NAN));
-            }
-        }
-        Ok(m)
+        common::scrape(&self.sw, ADMIN)
     }
 
     fn metric(&self, key: &str) -> Result<f64> {

@@ -25,6 +25,8 @@
 //! handshake makes the tree forward without waiting for forward delays, and the alternate takes
 //! over when the forwarding link goes down.
 
+mod common;
+
 use anyhow::{bail, Context, Result};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
@@ -57,12 +59,6 @@ interface = "s2"
 [[port]]
 interface = "s3"
 "#;
-
-fn no_ipv6(ns: &Netns) -> Result<()> {
-    ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-    ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-    Ok(())
-}
 
 /// A host's raw socket on eth0: sends marked broadcasts, counts the marked frames it receives.
 struct Tap {
@@ -125,24 +121,7 @@ struct Bed {
 
 impl Bed {
     fn metrics(&self) -> Result<HashMap<String, f64>> {
-        let text = self
-            .sw
-            .cmd([
-                "curl",
-                "-sS",
-                "--max-time",
-                "5",
-                &format!("http://{ADMIN}/metrics"),
-            ])
-            .run()?
-            .stdout;
-        let mut m = HashMap::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            if let Some((k, v)) = line.rsplit_once(' ') {
-                m.insert(k.to_string(), v.parse::<f64>().unwrap_or(f64::NAN));
-            }
-        }
-        Ok(m)
+        common::scrape(&self.sw, ADMIN)
     }
 
     /// Our port `i`'s spanning-tree state.
@@ -195,8 +174,8 @@ fn bed_with(tag: &str, driver: &str, ovs: bool) -> Result<Bed> {
     net.require_tools(&["ping", "curl"])?;
     let sw = net.ns("sw")?;
     let lb = net.ns("lb")?;
-    no_ipv6(&sw)?;
-    no_ipv6(&lb)?;
+    common::quiet(&sw)?;
+    common::quiet(&lb)?;
     let _ = lb.sysctl("net.bridge.bridge-nf-call-iptables", "0");
     let _ = lb.sysctl("net.bridge.bridge-nf-call-ip6tables", "0");
     let mut hosts = Vec::new();
@@ -205,7 +184,7 @@ fn bed_with(tag: &str, driver: &str, ovs: bool) -> Result<Bed> {
         .enumerate()
     {
         let h = net.ns(&format!("h{i}"))?;
-        no_ipv6(&h)?;
+        common::quiet(&h)?;
         let (he, _) = net.veth(&h, "eth0", peer, port)?;
         he.set_mac(&format!("02:00:00:00:00:0{}", i + 1))?;
         he.addr_add(&format!("10.0.0.{}/24", i + 1))?;
@@ -262,27 +241,7 @@ fn bed_with(tag: &str, driver: &str, ovs: bool) -> Result<Bed> {
         br0.up()?;
         None
     };
-    let dir = net.dir("switch")?;
-    let config = dir.join("sw.toml");
-    std::fs::write(&config, CONFIG)?;
-    let switch = sw
-        .cmd([
-            env!("CARGO_BIN_EXE_flowplane"),
-            "switch",
-            "--config",
-            config.to_str().context("config path")?,
-            "--driver",
-            driver,
-            "--workers",
-            "1",
-            "--admin",
-            ADMIN,
-        ])
-        .env("STATE_DIRECTORY", dir.to_str().context("state path")?)
-        .spawn()?;
-    switch
-        .wait_log("flowplane: ready", Duration::from_secs(20))
-        .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
+    let (switch, _) = common::start_switch(&sw, &net.dir("switch")?, CONFIG, driver, ADMIN)?;
     Ok(Bed {
         net,
         sw,
@@ -291,6 +250,28 @@ fn bed_with(tag: &str, driver: &str, ovs: bool) -> Result<Bed> {
         switch,
         ovs: peer,
     })
+}
+
+/// Take the forwarding link down (l0, the peer's end) and ping h0 -> h2 until it answers again:
+/// how long that took (at most 12 s).
+fn cut_forwarding_link(b: &Bed) -> Result<Duration> {
+    let t = Instant::now();
+    b.lb.ip(&["link", "set", "l0", "down"])?;
+    loop {
+        if b.hosts[0]
+            .cmd(["ping", "-c", "1", "-W", "0.3", "10.0.0.3"])
+            .output()?
+            .success()
+        {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > Duration::from_secs(12) {
+            bail!(
+                "h0 did not reach h2 within 12 s of the link going down\n{}",
+                b.status()?
+            );
+        }
+    }
 }
 
 /// Send one marked broadcast from h0 and count what each host receives within a second.
@@ -351,24 +332,7 @@ fn run_steps(b: &mut Bed, driver: &str) -> Result<()> {
     );
 
     // 3. The forwarding link goes down: the alternate takes over.
-    let t = Instant::now();
-    b.lb.ip(&["link", "set", "l0", "down"])?;
-    loop {
-        if b.hosts[0]
-            .cmd(["ping", "-c", "1", "-W", "0.3", "10.0.0.3"])
-            .output()?
-            .success()
-        {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(12) {
-            bail!(
-                "h0 did not reach h2 within 12 s of the link going down\n{}",
-                b.status()?
-            );
-        }
-    }
-    let took = t.elapsed();
+    let took = cut_forwarding_link(b)?;
     eprintln!(
         "{driver}: traffic back {:.0} ms after the forwarding link went down",
         took.as_secs_f64() * 1e3
@@ -447,26 +411,10 @@ fn switch_rstp_with_open_vswitch() -> Result<()> {
         let mut taps = b.hosts.iter().map(Tap::open).collect::<Result<Vec<_>>>()?;
         assert_eq!(broadcast_counts(&mut taps, 1)?, vec![0, 1, 1]);
         // Failover.
-        let t = Instant::now();
-        b.lb.ip(&["link", "set", "l0", "down"])?;
-        loop {
-            if b.hosts[0]
-                .cmd(["ping", "-c", "1", "-W", "0.3", "10.0.0.3"])
-                .output()?
-                .success()
-            {
-                break;
-            }
-            if t.elapsed() > Duration::from_secs(12) {
-                bail!(
-                    "h0 did not reach h2 within 12 s of the link going down\n{}",
-                    b.status()?
-                );
-            }
-        }
+        let took = cut_forwarding_link(&b)?;
         eprintln!(
             "rstp: traffic back {:.0} ms after the forwarding link went down",
-            t.elapsed().as_secs_f64() * 1e3
+            took.as_secs_f64() * 1e3
         );
         assert_eq!(b.state(3)?, "forwarding");
         assert_eq!(broadcast_counts(&mut taps, 2)?, vec![0, 1, 1]);

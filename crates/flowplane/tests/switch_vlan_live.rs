@@ -28,6 +28,8 @@
 //!    MACs): the switch learns no more than 8 there and drops the rest, counted, while b10 and
 //!    a10 keep talking.
 
+mod common;
+
 use anyhow::{bail, Context, Result};
 use fp_engine::afpacket::{AfPacketConfig, AfPacketPort};
 use fp_engine::port::Port;
@@ -63,12 +65,6 @@ trunk = [10, 20]
     )
 }
 
-fn no_ipv6(ns: &Netns) -> Result<()> {
-    ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-    ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-    Ok(())
-}
-
 /// `Icmp: ... InEchos` of a namespace: echo requests its host answered.
 fn echos(ns: &Netns) -> Result<u64> {
     let snmp = ns.sh("cat /proc/net/snmp")?.stdout;
@@ -102,14 +98,7 @@ impl Bed {
     }
 
     fn metrics(&self) -> Result<HashMap<String, f64>> {
-        let text = self.curl(&[&format!("http://{ADMIN}/metrics")])?;
-        let mut m = HashMap::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            if let Some((k, v)) = line.rsplit_once(' ') {
-                m.insert(k.to_string(), v.parse::<f64>().unwrap_or(f64::NAN));
-            }
-        }
-        Ok(m)
+        common::scrape(&self.sw, ADMIN)
     }
 
     fn metric(&self, key: &str) -> Result<f64> {
@@ -159,8 +148,8 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
     net.require_tools(&["ping", "curl"])?;
     let sw = net.ns("sw")?;
     let br = net.ns("br")?;
-    no_ipv6(&sw)?;
-    no_ipv6(&br)?;
+    common::quiet(&sw)?;
+    common::quiet(&br)?;
     let mut hosts = HashMap::new();
     for (name, port, mac, ip) in [
         ("a10", "p0", A_MAC, "10.0.0.1/24"),
@@ -169,7 +158,7 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
         ("b20", "d20", B_MAC, "10.0.0.2/24"),
     ] {
         let h = net.ns(name)?;
-        no_ipv6(&h)?;
+        common::quiet(&h)?;
         let peer = if name.starts_with('a') { &sw } else { &br };
         let (he, _) = net.veth(&h, "eth0", peer, port)?;
         he.set_mac(mac)?;
@@ -192,27 +181,8 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
     ])?;
     ovs.vsctl(&["add-port", "br0", "d10", "tag=10"])?;
     ovs.vsctl(&["add-port", "br0", "d20", "tag=20"])?;
-    let dir = net.dir("switch")?;
-    let config = dir.join("sw.toml");
-    std::fs::write(&config, config_text("20"))?;
-    let switch = sw
-        .cmd([
-            env!("CARGO_BIN_EXE_flowplane"),
-            "switch",
-            "--config",
-            config.to_str().context("config path")?,
-            "--driver",
-            driver,
-            "--workers",
-            "1",
-            "--admin",
-            ADMIN,
-        ])
-        .env("STATE_DIRECTORY", dir.to_str().context("state path")?)
-        .spawn()?;
-    switch
-        .wait_log("flowplane: ready", Duration::from_secs(20))
-        .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
+    let (switch, config) =
+        common::start_switch(&sw, &net.dir("switch")?, &config_text("20"), driver, ADMIN)?;
     Ok(Bed {
         net,
         sw,

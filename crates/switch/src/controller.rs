@@ -255,31 +255,20 @@ impl SwitchControl {
     /// Remove the learned entries of every port but `keep` (`None`: of every port), as a
     /// spanning-tree topology change asks. Returns how many.
     pub fn flush_except(&mut self, keep: Option<u16>) -> usize {
-        let gone: Vec<Id> = self
-            .last_seen
-            .iter()
-            .filter(|(_, &(_, port))| Some(port) != keep)
-            .map(|(&id, _)| id)
-            .collect();
-        for &(v, m) in &gone {
-            self.forget((v, m));
-            if let Some(k) = self.key(v, m) {
-                self.fib.remove(k);
-            }
-        }
-        if !gone.is_empty() {
-            self.epoch.bump();
-        }
-        self.stats.topology_flushed += gone.len() as u64;
-        gone.len()
+        self.flush_learned(|port| Some(port) != keep)
     }
 
     /// Remove the learned entries of `port` (it stopped forwarding). Returns how many.
     pub fn flush_port(&mut self, port: u16) -> usize {
+        self.flush_learned(|p| p == port)
+    }
+
+    /// Remove the learned entries whose port `which` picks (topology changes).
+    fn flush_learned(&mut self, which: impl Fn(u16) -> bool) -> usize {
         let gone: Vec<Id> = self
             .last_seen
             .iter()
-            .filter(|(_, &(_, p))| p == port)
+            .filter(|(_, &(_, port))| which(port))
             .map(|(&id, _)| id)
             .collect();
         for &(v, m) in &gone {

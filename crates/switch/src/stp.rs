@@ -906,6 +906,13 @@ impl Stp {
                 continue;
             }
             let due = now >= p.hello_at;
+            // What this port says as a designated port would.
+            let mine = Vector {
+                root: root.root,
+                cost: root.cost,
+                bridge: id,
+                port: p.id,
+            };
             let bpdu = match p.role {
                 Role::Designated if p.send_now || due => {
                     let mut flags = 0;
@@ -926,12 +933,7 @@ impl Stp {
                     Some(Bpdu::Config {
                         rst: !p.stp,
                         flags,
-                        vector: Vector {
-                            root: root.root,
-                            cost: root.cost,
-                            bridge: id,
-                            port: p.id,
-                        },
+                        vector: mine,
                         times,
                     })
                 }
@@ -956,12 +958,7 @@ impl Stp {
                     Some(Bpdu::Config {
                         rst: true,
                         flags,
-                        vector: Vector {
-                            root: root.root,
-                            cost: root.cost,
-                            bridge: id,
-                            port: p.id,
-                        },
+                        vector: mine,
                         times,
                     })
                 }

@@ -473,6 +473,61 @@ pub fn admin(lb: &Netns, method: &str, path: &str) -> Result<(u16, String)> {
     r.with_context(|| format!("admin {method} {path}"))
 }
 
+/// Start `flowplane switch --config FILE` in `ns` (the file `config` written into `dir`, which
+/// is also its state directory), one worker on `driver`, admin at `admin`; wait until it is
+/// ready. Returns the process and the file's path.
+pub fn start_switch(
+    ns: &Netns,
+    dir: &std::path::Path,
+    config: &str,
+    driver: &str,
+    admin: &str,
+) -> Result<(Proc, std::path::PathBuf)> {
+    let path = dir.join("sw.toml");
+    std::fs::write(&path, config)?;
+    let switch = ns
+        .cmd([
+            env!("CARGO_BIN_EXE_flowplane"),
+            "switch",
+            "--config",
+            path.to_str().context("config path")?,
+            "--driver",
+            driver,
+            "--workers",
+            "1",
+            "--admin",
+            admin,
+        ])
+        .env("STATE_DIRECTORY", dir.to_str().context("state path")?)
+        .spawn()?;
+    switch
+        .wait_log("flowplane: ready", Duration::from_secs(20))
+        .with_context(|| format!("the switch did not start:\n{}", switch.log()))?;
+    Ok((switch, path))
+}
+
+/// Every sample an admin server at `admin` serves on `/metrics` (fetched with curl from `ns`),
+/// keyed as printed: `name{labels}` → value.
+pub fn scrape(ns: &Netns, admin: &str) -> Result<HashMap<String, f64>> {
+    let text = ns
+        .cmd([
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            &format!("http://{admin}/metrics"),
+        ])
+        .run()?
+        .stdout;
+    let mut m = HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        if let Some((k, v)) = line.rsplit_once(' ') {
+            m.insert(k.to_string(), v.parse::<f64>().unwrap_or(f64::NAN));
+        }
+    }
+    Ok(m)
+}
+
 /// A scrape of `/metrics`.
 pub struct Metrics(pub String);
 
