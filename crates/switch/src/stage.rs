@@ -678,6 +678,7 @@ impl SwitchWorker {
         let vlans = self.vlans.take();
         let ports_plan = vlans.as_ref().map(|c| &**c.get());
         let plan = ports_plan.filter(|p| p.aware());
+        let stp = ports_plan.filter(|pp| pp.stp_on());
         let vl = std::mem::take(&mut self.vl);
         for (i, mut p) in held.drain(..).enumerate() {
             let (d, s, in_port) = (dst[i], src[i], held_in[i]);
@@ -687,7 +688,6 @@ impl SwitchWorker {
                 continue;
             }
             // Spanning tree: BPDUs go to the control side, whatever the port's state or VLANs.
-            let stp = ports_plan.filter(|pp| pp.stp_on());
             if stp.is_some() && d & fp_cuckoo::COMPACT_MAX_KEY == BPDU_KEY {
                 self.to_control(in_port, p.data());
                 pool.put(p);
@@ -1649,25 +1649,13 @@ mod tests {
     /// A 4-port switch: port 0 access VLAN 10, port 1 access VLAN 20, port 2 trunk of 10 and 20,
     /// port 3 trunk of 20 with native VLAN 10.
     fn vlan_switch() -> Sw {
-        use crate::vlan::PortVlans;
         let (fw, fr) =
             CompactMap::with_value_bits(&Config::with_capacity(1000), crate::vlan::value_bits(4))
                 .unwrap();
         let (ltx, lrx) = learn_queue(64);
         let aging = 300 * 1_000_000_000;
         let mut c = SwitchControl::new(fw, lrx, aging);
-        let modes = vec![
-            PortVlans::Access(10),
-            PortVlans::Access(20),
-            PortVlans::Trunk {
-                allowed: vec![10, 20],
-                native: None,
-            },
-            PortVlans::Trunk {
-                allowed: vec![20],
-                native: Some(10),
-            },
-        ];
+        let modes = crate::vlan::tests::four_ports();
         c.set_vlans(4, Some(modes)).unwrap();
         let mut w = SwitchWorker::new(fr, 4, ltx, aging);
         w.set_plan(c.port_plan());

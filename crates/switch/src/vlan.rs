@@ -414,7 +414,7 @@ impl PortPlan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn frame(tag: Option<u16>) -> Vec<u8> {
@@ -433,8 +433,10 @@ mod tests {
         f
     }
 
-    fn plan() -> (PortPlan, FidMap) {
-        let modes = [
+    /// Port 0 access VLAN 10, port 1 access VLAN 20, port 2 trunk of 10 and 20, port 3 trunk of
+    /// 20 with native VLAN 10 (also the stage's tests' switch).
+    pub(crate) fn four_ports() -> Vec<PortVlans> {
+        vec![
             PortVlans::Access(10),
             PortVlans::Access(20),
             PortVlans::Trunk {
@@ -445,7 +447,11 @@ mod tests {
                 allowed: vec![20],
                 native: Some(10),
             },
-        ];
+        ]
+    }
+
+    fn plan() -> (PortPlan, FidMap) {
+        let modes = four_ports();
         let mut fids = FidMap::default();
         let vids = modes.iter().flat_map(PortVlans::members).collect();
         fids.assign(&vids, 4096).unwrap();
