@@ -31,6 +31,10 @@ have setpriv || need+=(util-linux)
 # The switch's VLAN and spanning-tree tests run Open vSwitch (userspace datapath, no kernel module)
 # as an independent peer: this kernel has no 802.1Q devices and no VLAN filtering in its bridge.
 have ovs-vswitchd || need+=(openvswitch-switch)
+# Flow export is checked by real collectors: nfdump's nfcapd (IPFIX from the balancer) and
+# pmacct's sfacctd (sFlow from the switch).
+have nfcapd || need+=(nfdump)
+[ -x /usr/sbin/sfacctd ] || have sfacctd || need+=(pmacct)
 # The cluster node keeps its entries and members in etcd; its tests run a real one.
 have etcd || need+=(etcd-server)
 # The QUIC test peers run on aioquic (PyPI) in the project's own virtual environment.

@@ -16,6 +16,8 @@
 
 pub use fp_control::announce::BgpSpec;
 pub use fp_control::health::{HealthCheck, HealthKind};
+pub use fp_export::config::IpfixSpec;
+use fp_export::config::RawIpfix;
 pub use fp_wire::encap::EncapKind;
 use fp_wire::ethernet::MacAddr;
 use fp_wire::ip::IpProtocol;
@@ -363,6 +365,8 @@ pub struct LbConfig {
     pub bgp: Option<BgpSpec>,
     /// The balancers of a scale-out deployment (`[cluster]`), if configured.
     pub cluster: Option<ClusterSpec>,
+    /// IPFIX flow records (`[ipfix]`), if configured.
+    pub ipfix: Option<IpfixSpec>,
 }
 
 /// The balancers of a scale-out deployment (`[cluster]`, Maglev §4.3): non-first fragments carry
@@ -394,6 +398,7 @@ struct RawConfig {
     pool: Vec<RawPool>,
     bgp: Option<RawBgp>,
     cluster: Option<RawCluster>,
+    ipfix: Option<RawIpfix>,
 }
 
 #[derive(Deserialize)]

@@ -21,6 +21,8 @@
 //!   with the BGP speaker ([`speaker`]), the kernel's neighbour tables ([`neighbors`]) and the hash
 //!   seed's state file ([`seed`]);
 //! * §4.4 metrics ([`metrics`]) and the packet tracer ([`trace`]);
+//! * IPFIX flow records of connections and sampled packets, exported off the data path
+//!   ([`export`]);
 //! * a configuration checked without running it ([`check`], `flowplane check`), and under systemd
 //!   the notification protocol and watchdog (spoken by the service runner);
 //! * per-worker counters for every outcome and drop reason ([`stats`]).
@@ -73,6 +75,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod export;
 pub mod frag;
 pub mod health;
 pub mod metrics;

@@ -150,6 +150,8 @@ pub struct MetricsView<'a> {
     pub maglev: &'a MaglevChanges,
     /// How this start went (warm or cold).
     pub takeover: &'a crate::carry::Takeover,
+    /// The flow export's counters (none: no exporter, e.g. offline).
+    pub export: Option<&'a crate::export::ExportStats>,
 }
 
 /// Upper bounds of the batch-size histogram buckets (`+Inf` added).
@@ -852,6 +854,9 @@ pub fn render(v: &MetricsView<'_>, o: &mut Exposition) {
             h.transitions,
         );
     }
+    if let Some(x) = v.export {
+        render_export(x, o);
+    }
 }
 
 /// What the control thread publishes for the admin server after every change: the reader
@@ -885,6 +890,8 @@ pub struct LbView {
     pub snapshots: Arc<Published<Snapshot>>,
     /// The control side's state.
     pub control: Arc<Mutex<ControlState>>,
+    /// The flow exporter's counters.
+    pub export: Arc<crate::export::ExportStats>,
 }
 
 impl LbView {
@@ -917,6 +924,7 @@ impl View for LbView {
                 health: &c.health,
                 maglev: &c.maglev,
                 takeover: &c.takeover,
+                export: Some(&self.export),
             },
             e,
         );
@@ -1064,3 +1072,65 @@ fn endpoints(f: &FlowKey) -> (String, std::net::SocketAddr, std::net::SocketAddr
 
 #[cfg(test)]
 mod tests;
+
+/// The flow export's families (`[ipfix]`).
+fn render_export(x: &crate::export::ExportStats, o: &mut Exposition) {
+    use std::sync::atomic::Ordering::Relaxed;
+    o.family(
+        "flowplane_ipfix_records_total",
+        Kind::Counter,
+        "IPFIX records sent, by kind: created and ended (connections), sampled (packets), options (sampler and exporter statistics).",
+    );
+    for (kind, c) in [
+        ("created", &x.created),
+        ("ended", &x.ended),
+        ("sampled", &x.sampled),
+        ("options", &x.options),
+    ] {
+        o.sample(
+            "flowplane_ipfix_records_total",
+            &[("kind", kind)],
+            c.load(Relaxed),
+        );
+    }
+    o.family(
+        "flowplane_ipfix_messages_total",
+        Kind::Counter,
+        "IPFIX messages by result: sent (taken by the socket, one per collector) or failed (refused by the socket; not retried).",
+    );
+    o.sample(
+        "flowplane_ipfix_messages_total",
+        &[("result", "sent")],
+        x.messages.load(Relaxed),
+    );
+    o.sample(
+        "flowplane_ipfix_messages_total",
+        &[("result", "failed")],
+        x.failed.load(Relaxed),
+    );
+    let (waiting, dropped) = x.queues();
+    o.single(
+        "flowplane_ipfix_events_dropped_total",
+        Kind::Counter,
+        "Flow events the workers dropped because their queue to the exporter was full (ipfix.queue).",
+        dropped,
+    );
+    o.single(
+        "flowplane_ipfix_queue_events",
+        Kind::Gauge,
+        "Flow events waiting in the workers' queues for the exporter.",
+        waiting,
+    );
+    o.single(
+        "flowplane_ipfix_connections_tracked",
+        Kind::Gauge,
+        "Connections whose start time the exporter holds for their end record.",
+        x.starts.load(Relaxed),
+    );
+    o.single(
+        "flowplane_ipfix_ended_without_start_total",
+        Kind::Counter,
+        "Connection-ended records sent without a start time (entries carried across a restart, or more live connections than the exporter tracks).",
+        x.no_start.load(Relaxed),
+    );
+}

@@ -24,6 +24,7 @@
 use crate::carry::{Carried, Takeover};
 use crate::config::LbConfig;
 use crate::controller::{Action, Balancer};
+use crate::export::{ExportStats, FlowEvent, FlowExporter, TapCounters};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
 use crate::speaker::Speaker;
@@ -39,7 +40,8 @@ use fp_pipeline::trace::ProbeSender;
 use fp_service::handover::{Checkpointer, Delta};
 use fp_service::{Context, Events, LiveOptions, Ports, Service, Setup};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -162,6 +164,12 @@ pub struct LbService {
     /// The workers' clock (ms) from which the last checkpoint's delta counts ([`NO_CHECKPOINT`]:
     /// every entry): the entries written (inserted, or their last-seen time rewritten) since.
     checkpoint_ms: Arc<AtomicU64>,
+    /// The flow export: the workers' queues until the exporter thread takes them, its counters,
+    /// its stop flag and the thread.
+    export_queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+    export_stats: Arc<ExportStats>,
+    export_stop: Arc<AtomicBool>,
+    exporter: Option<std::thread::JoinHandle<()>>,
 }
 
 /// No checkpoint was taken, or one that may have missed entries ([`LbService::checkpoint_ms`]):
@@ -207,6 +215,10 @@ impl LbService {
             takeover: Takeover::default(),
             readers: Vec::new(),
             checkpoint_ms: Arc::new(AtomicU64::new(NO_CHECKPOINT)),
+            export_queues: Vec::new(),
+            export_stats: Arc::new(ExportStats::default()),
+            export_stop: Arc::new(AtomicBool::new(false)),
+            exporter: None,
         };
         s.publish();
         Ok(s)
@@ -273,6 +285,34 @@ impl LbService {
             done.unwrap_or_else(crate::carry::wall_ms)
                 .saturating_sub(c.stopped_ms),
         );
+    }
+
+    /// Start the exporter thread on the workers' queues (it follows `[ipfix]` of the snapshots,
+    /// idle while there is none).
+    fn start_exporter(&mut self) -> Result<()> {
+        let queues = std::mem::take(&mut self.export_queues);
+        let e = FlowExporter::new(
+            queues,
+            self.machine.snapshots().clone(),
+            self.export_stats.clone(),
+        );
+        let stop = self.export_stop.clone();
+        self.exporter = Some(
+            std::thread::Builder::new()
+                .name("fp-lb-export".into())
+                .spawn(move || e.run(stop))
+                .context("starting the flow-export thread")?,
+        );
+        Ok(())
+    }
+
+    /// Send what the workers left in their queues and stop the exporter thread (the workers have
+    /// stopped).
+    fn stop_exporter(&mut self) {
+        self.export_stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.exporter.take() {
+            let _ = t.join();
+        }
     }
 
     /// Keep the backend sets for a successor, when they changed since last written.
@@ -374,6 +414,17 @@ impl Service for LbService {
             seed ^ setup.worker as u64,
         )?;
         w.set_tracer(Box::new(PacketTracer::new(probes)));
+        // Every worker gets its queue to the exporter, used when `[ipfix]` is configured (now
+        // or by a later reload); its size is fixed here.
+        let queue = self
+            .machine
+            .config()
+            .ipfix
+            .as_ref()
+            .map_or(fp_export::config::DEFAULT_QUEUE, |x| x.queue);
+        let (tap, rx, counters) = crate::export::tap(setup.worker, queue);
+        w.set_export(tap);
+        self.export_queues.push((rx, counters));
         if let Ok(c) = &self.carried {
             let slot = ImportSlot::default();
             self.imports.push(slot.clone());
@@ -391,6 +442,7 @@ impl Service for LbService {
             stats: self.stats.clone(),
             snapshots: self.machine.snapshots().clone(),
             control: self.control.clone(),
+            export: self.export_stats.clone(),
         })
     }
 
@@ -431,6 +483,7 @@ impl Service for LbService {
                 self.takeover.cold_reason = Some(why);
             }
         }
+        self.start_exporter()?;
         self.save_sets();
         self.refresh_neighbors(cx);
         // Announce only once the forwarder runs (and only VIPs with a healthy backend).
@@ -527,6 +580,7 @@ impl Service for LbService {
     }
 
     fn finished(&mut self, stages: Vec<Finished<LbStage>>) {
+        self.stop_exporter();
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
         log(format_args!("drops: {}", totals.drops_line()));
         self.keep_connections(stages);
@@ -594,6 +648,7 @@ impl Service for LbService {
     }
 
     fn handed_over(&mut self, stages: Vec<Finished<LbStage>>) {
+        self.stop_exporter();
         let totals = Totals::sum(self.stats.iter().map(|s| &**s));
         log(format_args!("drops: {}", totals.drops_line()));
         log("handed over: the successor forwards with this process's connection entries");

@@ -2,7 +2,7 @@
 //!
 //! [`validate`] checks the sections in a fixed order — `[balancer]`, prefix groups, pool names,
 //! pools' own backends, pool nesting and health checks, VIPs, the counter limits, the shared seed,
-//! `[bgp]`, `[cluster]` — and stops at the first error, which names the field. Later sections
+//! `[bgp]`, `[cluster]`, `[ipfix]` — and stops at the first error, which names the field. Later sections
 //! see the earlier ones validated (a VIP resolves its pools against the flattened pools, the BGP
 //! router id defaults to the validated `balancer.address`).
 
@@ -66,6 +66,10 @@ pub(super) fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         Some(c) => Some(validate_cluster(c, &balancer)?),
         None => None,
     };
+    let ipfix = match &raw.ipfix {
+        Some(x) => Some(x.validate().map_err(|e| err(e.field, e.message))?),
+        None => None,
+    };
     Ok(LbConfig {
         balancer,
         prefix_groups,
@@ -73,6 +77,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<LbConfig, ConfigError> {
         pools,
         bgp,
         cluster,
+        ipfix,
     })
 }
 

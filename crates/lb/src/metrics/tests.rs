@@ -423,6 +423,10 @@ fn render_is_valid_and_complete() {
             since: Instant::now(),
         },
     ];
+    let export = crate::export::ExportStats::default();
+    export
+        .created
+        .store(7, std::sync::atomic::Ordering::Relaxed);
     let view = MetricsView {
         totals: &totals,
         workers: &workers,
@@ -432,6 +436,7 @@ fn render_is_valid_and_complete() {
         health: &health,
         maglev: &changes,
         takeover: &Default::default(),
+        export: Some(&export),
     };
     let mut e = Exposition::new();
     render(&view, &mut e);
@@ -453,6 +458,11 @@ fn render_is_valid_and_complete() {
         1.0
     );
     assert_eq!(p.get("flowplane_rx_packets_total", &[]), 150.0);
+    assert_eq!(
+        p.get("flowplane_ipfix_records_total", &[("kind", "created")]),
+        7.0
+    );
+    assert_eq!(p.get("flowplane_ipfix_events_dropped_total", &[]), 0.0);
     assert_eq!(p.get("flowplane_rx_bytes_total", &[]), 6400.0);
     assert_eq!(
         p.get("flowplane_conn_lookups_total", &[("result", "hit")]),

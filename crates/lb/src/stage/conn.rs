@@ -73,7 +73,7 @@ where
 }
 
 /// [`record`] an entry in the table and keep the cache in step: the entry written is cached, an
-/// embryonic entry evicted for it is forgotten.
+/// embryonic entry evicted for it is forgotten (and returned, with its flow).
 #[inline(always)]
 pub(super) fn record_cached<L, const N: usize>(
     table: &mut Writer<L>,
@@ -83,7 +83,7 @@ pub(super) fn record_cached<L, const N: usize>(
     hash: u64,
     e: u64,
     under_pressure: bool,
-) -> Result<Placed<(), u64>, InsertError>
+) -> Result<Placed<Option<fp_wire::FlowKey>, u64>, InsertError>
 where
     L: Layout<Key = [u8; N], Value = u64>,
 {
@@ -101,7 +101,7 @@ where
     r.map(|p| match p {
         Placed::New => Placed::New,
         Placed::Updated(old) => Placed::Updated(old),
-        Placed::Evicted(_, old) => Placed::Evicted((), old),
+        Placed::Evicted(k, old) => Placed::Evicted(fp_wire::FlowKey::from_bytes(&k), old),
     })
 }
 

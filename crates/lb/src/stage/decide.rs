@@ -8,7 +8,9 @@ use super::conn::{entry, entry_backend, entry_seen, is_embryonic, record_cached,
 use super::conn::{entry_set, EMBRYONIC, SET_BITS, SET_SHIFT};
 use super::emit::Emitter;
 use super::guard::Guard;
+use super::sweep::ended;
 use super::{Pending, Scratch, Tables, TraceRecord, Tracer};
+use crate::export::{Event, Why, LACK_OF_RESOURCES};
 use crate::frag::Decision;
 use crate::stats::Outcome;
 use fp_cuckoo::Placed;
@@ -106,7 +108,7 @@ pub(super) fn decide(
     let syn = scratch.syns >> i & 1 != 0;
     // A SYN that finds a confirmed entry opens a new connection on reused ports: one whose entry
     // names a draining backend is balanced anew (the entry is overwritten).
-    let (backend, outcome, maglev_slot, second) = match found {
+    let (backend, outcome, maglev_slot, second, why) = match found {
         Some(v)
             if vs.serves(entry_backend(v))
                 && !(syn && !is_embryonic(v) && vs.drains(entry_backend(v))) =>
@@ -155,7 +157,7 @@ pub(super) fn decide(
                     .position(|e| e.id == id)
                     .and_then(|k| chain(&vs.earlier[..=k], key.hash(out.seed), b, snap)),
             };
-            (b, "hit", None, second)
+            (b, "hit", None, second, Why::Hit)
         }
         other => {
             let (outcome, label) = if other.is_some() {
@@ -198,8 +200,15 @@ pub(super) fn decide(
             } else {
                 None
             };
-            if let Some(why) = bypass {
-                stats.count(why, 1);
+            // Why this backend, for the flow export.
+            let mut why = match (&second, other) {
+                (Some(_), _) => Why::SecondChance,
+                (None, Some(_)) => Why::Reselected,
+                (None, None) => Why::New,
+            };
+            if let Some(b) = bypass {
+                stats.count(b, 1);
+                why = Why::NoEntry;
             } else {
                 let e = entry(b, d.now_ms)
                     | if syn { EMBRYONIC } else { 0 }
@@ -230,10 +239,18 @@ pub(super) fn decide(
                 // (looked up before it was decided) and is not counted again.
                 let (assigned, evicted, new) = match r {
                     Ok(Placed::New) => (true, false, true),
-                    Ok(Placed::Evicted(..)) => (true, true, true),
+                    Ok(Placed::Evicted(k, v)) => {
+                        if let (Some(t), Some(k)) =
+                            (out.export.as_deref_mut().filter(|t| t.connections()), k)
+                        {
+                            ended(t, snap, k, v, d.now_ns, LACK_OF_RESOURCES);
+                        }
+                        (true, true, true)
+                    }
                     Ok(Placed::Updated(old)) => (entry_backend(old) != b, false, false),
                     Err(_) => {
                         stats.count(Outcome::ConnFull, 1);
+                        why = Why::NoEntry;
                         (false, false, false)
                     }
                 };
@@ -243,6 +260,14 @@ pub(super) fn decide(
                 d.guard.recorded += new as u32;
                 if assigned && second.is_some() {
                     stats.count(Outcome::SecondChancePicked, 1);
+                }
+                if let Some(t) = out
+                    .export
+                    .as_deref_mut()
+                    .filter(|t| assigned && t.connections())
+                {
+                    let a = snap.backend(b).map(|b| b.address);
+                    t.send(Event::Created(why), key, a, d.now_ns);
                 }
                 if assigned {
                     stats.count(Outcome::ConnInsert, 1);
@@ -254,9 +279,10 @@ pub(super) fn decide(
                     }
                 }
             }
-            (b, label, Some(mslot), second.map(|(_, a)| a))
+            (b, label, Some(mslot), second.map(|(_, a)| a), why)
         }
     };
+    out.sample(&pkt, &key, backend, why);
     if let Some(t) = d.tracer.as_deref_mut() {
         if t.wants(pkt.data(), &key, d.now_ns) {
             stats.count(Outcome::Traced, 1);

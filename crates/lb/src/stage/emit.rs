@@ -3,6 +3,7 @@
 //! error (rate-limited); a fragment owned by another balancer of a cluster is redirected to it.
 
 use crate::config::EncapKind;
+use crate::export::{Event, Tap, Why};
 use crate::snapshot::Snapshot;
 use crate::stats::{Outcome, WorkerStats};
 use fp_pipeline::packet::{Packet, Pool};
@@ -33,9 +34,24 @@ pub(super) struct Emitter<'a> {
     pub(super) seed: u64,
     pub(super) icmp: &'a mut Option<TokenBucket>,
     pub(super) now_ns: u64,
+    /// The flow export's queue and sampler, when the worker has one.
+    pub(super) export: Option<&'a mut Tap>,
 }
 
 impl Emitter<'_> {
+    /// Flow export: a record of the packet `p` of `key` when the sampler picks it (call once per
+    /// packet matched to a VIP and forwarded), sent to `backend` for `why`.
+    #[inline(always)]
+    pub(super) fn sample(&mut self, p: &Packet, key: &FlowKey, backend: u32, why: Why) {
+        if let Some(t) = self.export.as_deref_mut() {
+            if t.sample_this() {
+                let b = self.snap.backend(backend).map(|b| b.address);
+                let len = p.len().min(u16::MAX as usize) as u16;
+                t.send(Event::Sampled(why, len), *key, b, self.now_ns);
+            }
+        }
+    }
+
     /// Drop `p`, counted under `why`.
     #[inline]
     pub(super) fn drop(&mut self, p: Packet, why: Outcome) {

@@ -62,6 +62,7 @@
 //! * `sweep.rs`: step 4, housekeeping: the expiry sweeps paced by the clock, and the gauges;
 //! * `carry.rs`: the connection entries out of and into the tables across a restart.
 
+use crate::export::Tap;
 use crate::frag::{FragTable, Piece};
 use crate::snapshot::{Cached, Published, Snapshot};
 use crate::stats::{Outcome, WorkerStats};
@@ -233,6 +234,9 @@ pub struct LbStage {
     /// Carried entries to put into the tables on the worker's own thread before its first
     /// receive ([`LbStage::defer_import`]).
     deferred: Option<carry::Deferred>,
+    /// Flow export: the queue to the exporter thread and the packet sampler
+    /// ([`LbStage::set_export`]).
+    export: Option<Tap>,
 }
 
 /// Why a worker could not be built.
@@ -310,6 +314,7 @@ impl LbStage {
             tracer: None,
             output: None,
             deferred: None,
+            export: None,
         })
     }
 
@@ -321,6 +326,13 @@ impl LbStage {
     /// Install a packet tracer.
     pub fn set_tracer(&mut self, t: Box<dyn Tracer>) {
         self.tracer = Some(t);
+    }
+
+    /// Hand flow events (connections created and ended, sampled packets) to the exporter through
+    /// `tap`, as `[ipfix]` of the snapshot in force asks (nothing without it).
+    pub fn set_export(&mut self, mut tap: Tap) {
+        tap.configure(self.snap.get().config.ipfix.as_ref());
+        self.export = Some(tap);
     }
 
     /// As a [`Stage`], send forwarded packets to port `port` instead of back out of the port they
@@ -413,6 +425,7 @@ impl LbStage {
             tracer,
             guard,
             icmp,
+            export,
             ..
         } = self;
         let snap: &Snapshot = snap.get();
@@ -425,6 +438,7 @@ impl LbStage {
             seed: *seed,
             icmp,
             now_ns,
+            export: export.as_mut(),
         };
         out.stats.burst(rx.len());
         scratch.pkts.clear();
@@ -473,6 +487,9 @@ impl LbStage {
             self.idle_ms = self.snap.get().config.balancer.conn_idle_timeout_ms;
             self.guard.configure(&self.snap.get().config.balancer);
             self.icmp = icmp_limit(self.snap.get().config.balancer.icmp_rate);
+            if let Some(t) = &mut self.export {
+                t.configure(self.snap.get().config.ipfix.as_ref());
+            }
             self.stats
                 .set_state(self.tables.frags.held(), self.snap.get().generation);
         }
@@ -486,7 +503,7 @@ impl LbStage {
         // its first packet after a quiet time meets the new tables without a stale burst.
         self.follow_snapshot();
         let now_ms = (now_ns / 1_000_000) as u32;
-        self.expire_buckets(now_ms, 4096);
+        self.expire_buckets(now_ns, 4096);
         self.tables
             .frags
             .sweep(now_ns, 1024, &mut self.scratch.expired);

@@ -1,0 +1,667 @@
+//! Flow records of the balancer, exported as IPFIX (RFC 7011) to the collectors of `[ipfix]`.
+//!
+//! What is exported:
+//!
+//! * **Connection created**: when a worker records a connection entry — the client's 5-tuple (the
+//!   destination is the VIP), the backend (`ipNextHopIPv4Address`/`ipNextHopIPv6Address`: the
+//!   tunnel's far end), the time, and why that backend ([`Why`]: a new Maglev selection, a
+//!   re-selection because the recorded backend went down or left, or a flow picked up mid-way
+//!   under second chance). `firewallEvent` = 1 (flow created).
+//! * **Connection ended**: when the entry leaves the table — idle or embryonic timeout
+//!   (`flowEndReason` 1), or an embryonic entry taken by a new connection in a table under
+//!   pressure (5, lack of resources) — with the last-seen time, the start time when the exporter
+//!   saw the entry created, and `firewallEvent` = 2 (flow deleted). Entries carried across a
+//!   restart end with a record whose template has no start time.
+//! * **Sampled packets**: one packet in each `sample_one_in` of those matched to a VIP and
+//!   forwarded, chosen at random within each window of that many packets (random n-out-of-N,
+//!   RFC 5475; n = 1): its 5-tuple, backend, length, time and why that backend (the above, or a
+//!   connection-table hit, a QUIC connection ID, or a Maglev choice made without an entry: the
+//!   table was full or the SYN guard bypassed it). An options record describes the selector.
+//! * **Exporter statistics**: an options record with the messages and records sent and the events
+//!   the workers could not queue (RFC 7011 §4.3's reliability statistics).
+//!
+//! Packets and bytes per connection are not counted: the connection entry is one 8-byte word
+//! (backend, last-seen time, flags), and counters would double it and add a write to every
+//! packet's entry; the sampled records estimate volumes instead.
+//!
+//! The workers never wait for the export. Each has a bounded queue of fixed-size [`FlowEvent`]s
+//! ([`Tap`]); an event that does not fit is dropped and counted (`ipfix_event_dropped`). The
+//! exporter thread ([`FlowExporter`]) drains the queues every [`DRAIN_EVERY`], encodes, and sends
+//! messages of at most `max_message_bytes` over UDP; templates and options records go out at
+//! start and every `template_refresh_s`.
+//!
+//! flowplane's own elements are enterprise-specific, under `ipfix.enterprise_number` (by default
+//! 32473, the number RFC 5612 reserves for documentation):
+//!
+//! | id | name | type | values |
+//! |---|---|---|---|
+//! | 1 | `flowplaneBackendReason` | unsigned8 | 1 new, 2 reselected, 3 second chance, 4 connection-table hit, 5 QUIC connection ID, 6 Maglev without an entry |
+//! | 2 | `flowplaneWorker` | unsigned16 | the worker that saw it |
+
+use crate::snapshot::{Cached, Published, Snapshot};
+use fp_export::config::IpfixSpec;
+use fp_export::ipfix::{end_reason, ie, Field, MessageBuilder, Record, Template};
+use fp_export::udp::Exporter;
+use fp_wire::FlowKey;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Why a packet or connection went to its backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Why {
+    /// A new connection: Maglev selected the backend and the entry was recorded.
+    New = 1,
+    /// The recorded backend went down or left the VIP: selected again.
+    Reselected = 2,
+    /// A flow picked up mid-way whose earlier backend set chose other backends (second chance).
+    SecondChance = 3,
+    /// The connection entry's backend.
+    Hit = 4,
+    /// A QUIC short-header packet routed by the server id in its connection ID.
+    ConnectionId = 5,
+    /// Maglev's choice without a connection entry (table full, or the SYN guard's bypass).
+    NoEntry = 6,
+}
+
+/// What happened to a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A connection entry was recorded.
+    Created(Why),
+    /// The entry left the table (`flowEndReason`).
+    Ended(u8),
+    /// A sampled packet of `bytes` bytes (as received, Ethernet header included).
+    Sampled(Why, u16),
+}
+
+/// One event a worker hands to the exporter (fixed size, no allocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowEvent {
+    /// What happened.
+    pub event: Event,
+    /// The client's 5-tuple (destination: the VIP).
+    pub flow: FlowKey,
+    /// The backend, if the VIP had one.
+    pub backend: Option<IpAddr>,
+    /// When (`CLOCK_MONOTONIC` ns): created, last seen, or received.
+    pub at_ns: u64,
+    /// The worker.
+    pub worker: u16,
+}
+
+/// Events each worker queued, and dropped because its queue was full, and events the exporter
+/// took from it: shared between a worker (the first two, single writer) and the exporter.
+#[derive(Debug, Default)]
+pub struct TapCounters {
+    /// Events put into the queue.
+    pub queued: AtomicU64,
+    /// Events dropped: the queue was full.
+    pub dropped: AtomicU64,
+    /// Events the exporter took out.
+    pub taken: AtomicU64,
+}
+
+/// A worker's end of the export: its queue and the sampler.
+#[derive(Debug)]
+pub struct Tap {
+    queue: SyncSender<FlowEvent>,
+    counters: Arc<TapCounters>,
+    worker: u16,
+    /// Connection records on.
+    conns: bool,
+    /// 1 in `one_in` packets sampled (0: none).
+    one_in: u32,
+    /// Position in the current window of `one_in` packets, and the one sampled in it.
+    pos: u32,
+    chosen: u32,
+    rng: u64,
+}
+
+/// Make a worker's tap and the exporter's end of its queue.
+pub fn tap(worker: usize, queue: usize) -> (Tap, Receiver<FlowEvent>, Arc<TapCounters>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(queue);
+    let counters = Arc::new(TapCounters::default());
+    let t = Tap {
+        queue: tx,
+        counters: counters.clone(),
+        worker: worker as u16,
+        conns: false,
+        one_in: 0,
+        pos: 0,
+        chosen: 0,
+        rng: 0x9E37_79B9_7F4A_7C15 ^ (worker as u64).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1,
+    };
+    (t, rx, counters)
+}
+
+impl Tap {
+    /// Follow `[ipfix]` (none: export off).
+    pub fn configure(&mut self, spec: Option<&IpfixSpec>) {
+        self.conns = spec.is_some_and(|s| s.connections);
+        let one_in = spec.map_or(0, |s| s.sample_one_in);
+        if one_in != self.one_in {
+            self.one_in = one_in;
+            self.pos = 0;
+            self.chosen = self.draw();
+        }
+    }
+
+    /// Whether connection records are on.
+    #[inline]
+    pub fn connections(&self) -> bool {
+        self.conns
+    }
+
+    /// Whether this packet is the sampled one of its window (call once per packet matched to a
+    /// VIP and forwarded).
+    #[inline]
+    pub fn sample_this(&mut self) -> bool {
+        if self.one_in == 0 {
+            return false;
+        }
+        let hit = self.pos == self.chosen;
+        self.pos += 1;
+        if self.pos == self.one_in {
+            self.pos = 0;
+            self.chosen = self.draw();
+        }
+        hit
+    }
+
+    /// A position in a window of `one_in` packets, uniformly (xorshift64*, then Lemire's
+    /// reduction).
+    fn draw(&mut self) -> u32 {
+        if self.one_in <= 1 {
+            return 0;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32;
+        ((r * self.one_in as u64) >> 32) as u32
+    }
+
+    /// Queue an event; a full queue drops it (counted).
+    #[inline]
+    pub fn send(&mut self, event: Event, flow: FlowKey, backend: Option<IpAddr>, at_ns: u64) {
+        let e = FlowEvent {
+            event,
+            flow,
+            backend,
+            at_ns,
+            worker: self.worker,
+        };
+        let c = &self.counters;
+        match self.queue.try_send(e) {
+            Ok(()) => c.queued.store(c.queued.load(Relaxed) + 1, Relaxed),
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                c.dropped.store(c.dropped.load(Relaxed) + 1, Relaxed)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Templates
+
+/// Template ids.
+const CREATED4: u16 = 256;
+const CREATED6: u16 = 257;
+const ENDED4: u16 = 258;
+const ENDED6: u16 = 259;
+const ENDED_NO_START4: u16 = 260;
+const ENDED_NO_START6: u16 = 261;
+const SAMPLED4: u16 = 262;
+const SAMPLED6: u16 = 263;
+const SELECTOR: u16 = 264;
+const STATISTICS: u16 = 265;
+
+/// Enterprise element ids.
+const REASON: u16 = 1;
+const WORKER: u16 = 2;
+
+/// The selector id of the packet sampler.
+const SELECTOR_ID: u64 = 1;
+/// `selectorAlgorithm` 3: random n-out-of-N.
+const RANDOM_N_OUT_OF_N: u16 = 3;
+/// samplingSize / samplingPopulation (RFC 5477).
+const SAMPLING_SIZE: u16 = 309;
+const SAMPLING_POPULATION: u16 = 310;
+
+/// The 5-tuple and backend fields of one family.
+fn tuple(v6: bool) -> Vec<Field> {
+    let a = if v6 { 16 } else { 4 };
+    let (src, dst, nh) = if v6 {
+        (
+            ie::SOURCE_IPV6_ADDRESS,
+            ie::DESTINATION_IPV6_ADDRESS,
+            ie::IP_NEXT_HOP_IPV6_ADDRESS,
+        )
+    } else {
+        (
+            ie::SOURCE_IPV4_ADDRESS,
+            ie::DESTINATION_IPV4_ADDRESS,
+            ie::IP_NEXT_HOP_IPV4_ADDRESS,
+        )
+    };
+    vec![
+        Field::iana(src, a),
+        Field::iana(dst, a),
+        Field::iana(ie::SOURCE_TRANSPORT_PORT, 2),
+        Field::iana(ie::DESTINATION_TRANSPORT_PORT, 2),
+        Field::iana(ie::PROTOCOL_IDENTIFIER, 1),
+        Field::iana(nh, a),
+    ]
+}
+
+/// Every template of the export, for enterprise number `pen`.
+fn templates(pen: u32) -> Vec<Template> {
+    let mut t = Vec::new();
+    for v6 in [false, true] {
+        let mut f = tuple(v6);
+        f.extend([
+            Field::iana(ie::FLOW_START_MILLISECONDS, 8),
+            Field::iana(ie::FLOW_END_MILLISECONDS, 8),
+            Field::iana(ie::FIREWALL_EVENT, 1),
+            Field::enterprise(pen, REASON, 1),
+            Field::enterprise(pen, WORKER, 2),
+        ]);
+        t.push(Template::data(if v6 { CREATED6 } else { CREATED4 }, f));
+        let mut f = tuple(v6);
+        f.extend([
+            Field::iana(ie::FLOW_START_MILLISECONDS, 8),
+            Field::iana(ie::FLOW_END_MILLISECONDS, 8),
+            Field::iana(ie::FLOW_END_REASON, 1),
+            Field::iana(ie::FIREWALL_EVENT, 1),
+            Field::enterprise(pen, WORKER, 2),
+        ]);
+        t.push(Template::data(if v6 { ENDED6 } else { ENDED4 }, f));
+        let mut f = tuple(v6);
+        f.extend([
+            Field::iana(ie::FLOW_END_MILLISECONDS, 8),
+            Field::iana(ie::FLOW_END_REASON, 1),
+            Field::iana(ie::FIREWALL_EVENT, 1),
+            Field::enterprise(pen, WORKER, 2),
+        ]);
+        t.push(Template::data(
+            if v6 { ENDED_NO_START6 } else { ENDED_NO_START4 },
+            f,
+        ));
+        let mut f = tuple(v6);
+        f.extend([
+            Field::iana(ie::OBSERVATION_TIME_MILLISECONDS, 8),
+            Field::iana(ie::OCTET_DELTA_COUNT, 8),
+            Field::iana(ie::PACKET_DELTA_COUNT, 8),
+            Field::iana(ie::SELECTOR_ID, 8),
+            Field::enterprise(pen, REASON, 1),
+            Field::enterprise(pen, WORKER, 2),
+        ]);
+        t.push(Template::data(if v6 { SAMPLED6 } else { SAMPLED4 }, f));
+    }
+    t.push(Template::options(
+        SELECTOR,
+        1,
+        vec![
+            Field::iana(ie::SELECTOR_ID, 8),
+            Field::iana(ie::SELECTOR_ALGORITHM, 2),
+            Field::iana(SAMPLING_SIZE, 4),
+            Field::iana(SAMPLING_POPULATION, 4),
+        ],
+    ));
+    t.push(Template::options(
+        STATISTICS,
+        1,
+        vec![
+            Field::iana(ie::EXPORTING_PROCESS_ID, 4),
+            Field::iana(ie::EXPORTED_MESSAGE_TOTAL_COUNT, 8),
+            Field::iana(ie::EXPORTED_FLOW_RECORD_TOTAL_COUNT, 8),
+            Field::iana(ie::NOT_SENT_FLOW_TOTAL_COUNT, 8),
+        ],
+    ));
+    // In id order: `Session::template` indexes by id.
+    t.sort_by_key(|t| t.id);
+    t
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exporter
+
+/// How often the exporter thread drains the workers' queues.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
+/// Start times of live connections the exporter remembers (to put them into the connection's
+/// end record); beyond this, end records go without a start.
+pub const MAX_STARTS: usize = 1 << 21;
+
+/// What the exporter did, for the metrics reader.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    /// Records sent: created, ended, sampled, options.
+    pub created: AtomicU64,
+    /// Connection-ended records sent.
+    pub ended: AtomicU64,
+    /// Sampled-packet records sent.
+    pub sampled: AtomicU64,
+    /// Options and template records sent.
+    pub options: AtomicU64,
+    /// Messages sent (one per collector).
+    pub messages: AtomicU64,
+    /// Messages the socket refused.
+    pub failed: AtomicU64,
+    /// Start times the exporter holds.
+    pub starts: AtomicU64,
+    /// End records sent without a start time.
+    pub no_start: AtomicU64,
+    /// Each worker's queue counters.
+    pub taps: Mutex<Vec<Arc<TapCounters>>>,
+}
+
+impl ExportStats {
+    /// Events waiting in the workers' queues, and events the workers dropped.
+    pub fn queues(&self) -> (u64, u64) {
+        let taps = self.taps.lock().unwrap_or_else(|p| p.into_inner());
+        taps.iter().fold((0, 0), |(w, d), t| {
+            let q = t.queued.load(Relaxed);
+            (
+                w + q.saturating_sub(t.taken.load(Relaxed)),
+                d + t.dropped.load(Relaxed),
+            )
+        })
+    }
+}
+
+/// The encoder and socket of one `[ipfix]` setting.
+struct Session {
+    spec: IpfixSpec,
+    socket: Exporter,
+    msg: MessageBuilder,
+    /// The templates, in id order from [`CREATED4`].
+    templates: Vec<Template>,
+    /// When the templates were last sent.
+    refreshed: Option<Instant>,
+}
+
+impl Session {
+    fn template(&self, id: u16) -> &Template {
+        &self.templates[(id - CREATED4) as usize]
+    }
+
+    /// Append template `id` (`record` none) or a record of it, sending the message first when it
+    /// is full.
+    fn push(&mut self, stats: &ExportStats, id: u16, record: Option<&Record>) {
+        if !self.msg.begun() {
+            self.msg.begin();
+        }
+        let Session { msg, templates, .. } = self;
+        let t = &templates[(id - CREATED4) as usize];
+        let fits = |msg: &mut MessageBuilder| match record {
+            None => msg.push_template(t),
+            Some(r) => msg.push_record(t, r),
+        };
+        if !fits(msg) {
+            self.flush(stats);
+            self.msg.begin();
+            let t = self.template(id).clone();
+            // Templates and records are far below the smallest `max_message_bytes`: an empty
+            // message always takes one.
+            let fitted = match record {
+                None => self.msg.push_template(&t),
+                Some(r) => self.msg.push_record(&t, r),
+            };
+            debug_assert!(fitted);
+        }
+    }
+
+    /// Send the message being written, if it holds anything.
+    fn flush(&mut self, stats: &ExportStats) {
+        if self.msg.is_empty() {
+            return;
+        }
+        let before = self.socket.sent();
+        let bytes = self.msg.finish(export_time_s());
+        self.socket.send(bytes);
+        let after = self.socket.sent();
+        stats
+            .messages
+            .fetch_add(after.messages - before.messages, Relaxed);
+        stats
+            .failed
+            .fetch_add(after.failed - before.failed, Relaxed);
+    }
+}
+
+/// The exporter thread's state: the workers' queues, the session, the connections' start times.
+pub struct FlowExporter {
+    queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+    snap: Cached<Snapshot>,
+    session: Option<Session>,
+    /// Start times (wall-clock ms) of the connections whose creation the exporter saw.
+    starts: HashMap<FlowKey, u64>,
+    stats: Arc<ExportStats>,
+    rec: Record,
+    process_id: u32,
+}
+
+/// Wall-clock ms of a `CLOCK_MONOTONIC` time, by the offset between the clocks.
+fn wall_ms(mono_ns: u64, offset_ns: i128) -> u64 {
+    ((mono_ns as i128 + offset_ns).max(0) / 1_000_000) as u64
+}
+
+/// Wall-clock minus `CLOCK_MONOTONIC`, now (ns).
+fn clock_offset_ns() -> i128 {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    wall - fp_engine::sys::monotonic_ns() as i128
+}
+
+impl FlowExporter {
+    /// An exporter of the events of `queues`, following `[ipfix]` of the published snapshots.
+    pub fn new(
+        queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+        snapshots: Arc<Published<Snapshot>>,
+        stats: Arc<ExportStats>,
+    ) -> FlowExporter {
+        *stats.taps.lock().unwrap_or_else(|p| p.into_inner()) =
+            queues.iter().map(|(_, c)| c.clone()).collect();
+        FlowExporter {
+            queues,
+            snap: Cached::new(snapshots),
+            session: None,
+            starts: HashMap::new(),
+            stats,
+            rec: Record::new(),
+            process_id: std::process::id(),
+        }
+    }
+
+    /// Drain every [`DRAIN_EVERY`] until `stop` is set or every worker is gone; then drain once
+    /// more and send what is left.
+    pub fn run(mut self, stop: Arc<AtomicBool>) {
+        loop {
+            let open = self.drain();
+            if open == 0 || stop.load(Relaxed) {
+                self.drain();
+                return;
+            }
+            std::thread::sleep(DRAIN_EVERY);
+        }
+    }
+
+    /// Take every waiting event, encode and send; returns the queues still connected.
+    pub fn drain(&mut self) -> usize {
+        self.follow_config();
+        // Templates before the records that use them.
+        self.refresh_templates();
+        let offset = clock_offset_ns();
+        let mut open = 0;
+        let queues = std::mem::take(&mut self.queues);
+        for (rx, counters) in &queues {
+            let mut taken = 0u64;
+            let connected = loop {
+                match rx.try_recv() {
+                    Ok(e) => {
+                        taken += 1;
+                        self.event(&e, offset);
+                    }
+                    Err(TryRecvError::Empty) => break true,
+                    Err(TryRecvError::Disconnected) => break false,
+                }
+            };
+            counters.taken.fetch_add(taken, Relaxed);
+            open += connected as usize;
+        }
+        self.queues = queues;
+        if let Some(s) = &mut self.session {
+            s.flush(&self.stats);
+        }
+        self.stats.starts.store(self.starts.len() as u64, Relaxed);
+        open
+    }
+
+    /// A changed `[ipfix]` starts a new session (new socket, templates sent again); none stops
+    /// the export.
+    fn follow_config(&mut self) {
+        self.snap.refresh();
+        let spec = self.snap.get().config.ipfix.clone();
+        if self.session.as_ref().map(|s| &s.spec) == spec.as_ref() {
+            return;
+        }
+        if let Some(s) = &mut self.session {
+            s.flush(&self.stats);
+        }
+        self.session = spec.and_then(|spec| match Exporter::new(&spec.collectors) {
+            Ok(socket) => Some(Session {
+                msg: MessageBuilder::new(spec.observation_domain, spec.max_message_bytes),
+                templates: templates(spec.enterprise_number),
+                socket,
+                spec,
+                refreshed: None,
+            }),
+            Err(e) => {
+                fp_control::log(format_args!("warning: IPFIX export off: {e}"));
+                None
+            }
+        });
+        if self.session.is_none() {
+            self.starts.clear();
+        }
+    }
+
+    /// Templates and options records at the start of a session and every
+    /// `template_refresh_s` (RFC 7011 §8.4).
+    fn refresh_templates(&mut self) {
+        let Some(s) = &mut self.session else { return };
+        let every = Duration::from_secs(s.spec.template_refresh_s as u64);
+        if s.refreshed.is_some_and(|t| t.elapsed() < every) {
+            return;
+        }
+        s.refreshed = Some(Instant::now());
+        let st = &self.stats;
+        for id in CREATED4..=STATISTICS {
+            s.push(st, id, None);
+        }
+        let r = &mut self.rec;
+        r.clear()
+            .u64(SELECTOR_ID)
+            .u16(RANDOM_N_OUT_OF_N)
+            .u32(1)
+            .u32(s.spec.sample_one_in);
+        s.push(st, SELECTOR, Some(r));
+        let (_, dropped) = st.queues();
+        let records = st.created.load(Relaxed) + st.ended.load(Relaxed) + st.sampled.load(Relaxed);
+        r.clear()
+            .u32(self.process_id)
+            .u64(st.messages.load(Relaxed))
+            .u64(records)
+            .u64(dropped);
+        s.push(st, STATISTICS, Some(r));
+        st.options.fetch_add(2, Relaxed);
+    }
+
+    /// Encode one event.
+    fn event(&mut self, e: &FlowEvent, offset: i128) {
+        let Some(s) = &mut self.session else { return };
+        let v6 = matches!(e.flow, FlowKey::V6(_));
+        let at = wall_ms(e.at_ns, offset);
+        let pick = |a: u16, b: u16| if v6 { b } else { a };
+        let r = &mut self.rec;
+        r.clear();
+        match e.flow {
+            FlowKey::V4(k) => r
+                .ip(k.src.into())
+                .ip(k.dst.into())
+                .u16(k.src_port)
+                .u16(k.dst_port)
+                .u8(k.protocol.0),
+            FlowKey::V6(k) => r
+                .ip(k.src.into())
+                .ip(k.dst.into())
+                .u16(k.src_port)
+                .u16(k.dst_port)
+                .u8(k.protocol.0),
+        };
+        // A backend of the other family than the flow (an IPv4 VIP with IPv6 backends) cannot go
+        // into this template's next-hop field: left unspecified.
+        let unspecified = if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        };
+        r.ip(e
+            .backend
+            .filter(|b| b.is_ipv6() == v6)
+            .unwrap_or(unspecified));
+        let st = &self.stats;
+        let id = match e.event {
+            Event::Created(why) => {
+                r.u64(at).u64(at).u8(1).u8(why as u8).u16(e.worker);
+                // A re-selection keeps the connection's first start.
+                if self.starts.len() < MAX_STARTS || self.starts.contains_key(&e.flow) {
+                    self.starts.entry(e.flow).or_insert(at);
+                }
+                st.created.fetch_add(1, Relaxed);
+                pick(CREATED4, CREATED6)
+            }
+            Event::Ended(reason) => {
+                let start = self.starts.remove(&e.flow);
+                if let Some(start) = start {
+                    r.u64(start);
+                } else {
+                    st.no_start.fetch_add(1, Relaxed);
+                }
+                r.u64(at).u8(reason).u8(2).u16(e.worker);
+                st.ended.fetch_add(1, Relaxed);
+                match start {
+                    Some(_) => pick(ENDED4, ENDED6),
+                    None => pick(ENDED_NO_START4, ENDED_NO_START6),
+                }
+            }
+            Event::Sampled(why, bytes) => {
+                r.u64(at)
+                    .u64(bytes as u64)
+                    .u64(1)
+                    .u64(SELECTOR_ID)
+                    .u8(why as u8)
+                    .u16(e.worker);
+                st.sampled.fetch_add(1, Relaxed);
+                pick(SAMPLED4, SAMPLED6)
+            }
+        };
+        s.push(st, id, Some(r));
+    }
+}
+
+/// Seconds since the epoch, for the message header.
+fn export_time_s() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+/// The exporter's reasons an entry ended, re-exported for the workers.
+pub(crate) use end_reason::{IDLE_TIMEOUT, LACK_OF_RESOURCES};

@@ -1,0 +1,368 @@
+//! The balancer's IPFIX export, read back by a real collector: nfdump's `nfcapd` receives the
+//! messages on loopback and `nfdump` decodes what it stored. Workers are driven through
+//! `LbStage::process` on in-memory bursts; the exporter is drained by the test.
+
+use fp_lb::config::LbConfig;
+use fp_lb::export::{tap, ExportStats, FlowExporter};
+use fp_lb::snapshot::{Builder, Published, Snapshot};
+use fp_lb::stage::LbStage;
+use fp_pipeline::craft::{self, Endpoints};
+use fp_pipeline::packet::{burst, Packet, Pool};
+use fp_wire::PacketSummary;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(collector: &str, extra: &str) -> Arc<LbConfig> {
+    Arc::new(
+        LbConfig::from_toml(&format!(
+            r#"
+[balancer]
+address = "10.0.0.2"
+address6 = "fd00::2"
+mac = "02:00:00:00:00:01"
+gateway_mac = "02:00:00:00:00:fe"
+seed = 42
+conn_table_capacity = 20000
+conn_table_capacity_v6 = 2000
+conn_idle_timeout_ms = 2000
+
+[[vip]]
+name = "web"
+address = "203.0.113.10"
+port = 80
+protocol = "tcp"
+pools = ["web"]
+
+[[vip]]
+name = "web6"
+address = "2001:db8::10"
+port = 443
+protocol = "tcp"
+pools = ["web6"]
+
+[[pool]]
+name = "web"
+backends = [{{ address = "10.0.1.1" }}, {{ address = "10.0.1.2" }}, {{ address = "10.0.1.3" }}]
+
+[[pool]]
+name = "web6"
+backends = [{{ address = "fd00:1::1" }}, {{ address = "fd00:1::2" }}]
+
+[ipfix]
+collectors = ["{collector}"]
+{extra}
+"#
+        ))
+        .unwrap(),
+    )
+}
+
+/// A worker with its export tap, and the exporter on its queue.
+struct Harness {
+    worker: LbStage,
+    exporter: FlowExporter,
+    stats: Arc<ExportStats>,
+    pool: Pool,
+}
+
+impl Harness {
+    fn new(cfg: Arc<LbConfig>) -> Harness {
+        let queue = cfg.ipfix.as_ref().unwrap().queue;
+        let snap = Builder::new().build(cfg).unwrap();
+        let published = Arc::new(Published::<Snapshot>::new(Arc::new(snap)));
+        let mut worker = LbStage::new(0, published.clone(), 7).unwrap();
+        let (t, rx, counters) = tap(0, queue);
+        worker.set_export(t);
+        let stats = Arc::new(ExportStats::default());
+        let exporter = FlowExporter::new(vec![(rx, counters)], published, stats.clone());
+        Harness {
+            worker,
+            exporter,
+            stats,
+            pool: Pool::new(4096),
+        }
+    }
+
+    /// Send frames at `now_ns`; the backend each came out to, in order.
+    fn send(&mut self, frames: &[Vec<u8>], now_ns: u64) -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        for chunk in frames.chunks(32) {
+            let (mut rx, mut tx) = (burst(), burst());
+            for f in chunk {
+                let mut p: Packet = self.pool.get().expect("pool");
+                assert!(p.fill(f));
+                rx.push(p);
+            }
+            self.worker
+                .process(&mut rx, &mut tx, &mut self.pool, now_ns);
+            out.extend(
+                tx.iter()
+                    .map(|p| PacketSummary::parse(p.data()).unwrap().dst()),
+            );
+            self.pool.put_all(&mut tx);
+        }
+        out
+    }
+}
+
+/// nfcapd on a free loopback port, storing into a temporary directory; stopped (and its file
+/// closed) by [`Nfcapd::records`].
+struct Nfcapd {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Nfcapd {
+    fn start(name: &str) -> Nfcapd {
+        let dir = std::env::temp_dir().join(format!("fp-ipfix-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A free port: bound and released (nfcapd binds it next).
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("nfcapd")
+            .args([
+                "-b",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "3600",
+                "-w",
+            ])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nfcapd (Debian package nfdump; scripts/deps.sh installs it)");
+        let n = Nfcapd {
+            child: Some(child),
+            dir,
+            port,
+        };
+        // Listening once its current file exists.
+        let t0 = Instant::now();
+        while !n.has_current() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "nfcapd did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        n
+    }
+
+    fn has_current(&self) -> bool {
+        std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().contains("current"))
+            })
+            .unwrap_or(false)
+    }
+
+    fn collector(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stop nfcapd (it writes its file out) and read every record back with nfdump, one map of
+    /// field name to value per record.
+    fn records(mut self) -> Vec<HashMap<String, String>> {
+        // Let the last datagrams reach it.
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(mut c) = self.child.take() {
+            terminate(c.id());
+            let _ = c.wait();
+        }
+        nfdump(&self.dir)
+    }
+}
+
+impl Drop for Nfcapd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// SIGTERM (nfcapd closes its file on it; `Child::kill` would send SIGKILL).
+fn terminate(pid: u32) {
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+}
+
+/// The fields read back: nfdump's format tokens and the names the tests use.
+const FIELDS: [(&str, &str); 10] = [
+    ("%ts", "start"),
+    ("%te", "end"),
+    ("%sa", "sa"),
+    ("%sp", "sp"),
+    ("%da", "da"),
+    ("%dp", "dp"),
+    ("%pr", "pr"),
+    ("%nh", "nh"),
+    ("%pkt", "ipkt"),
+    ("%byt", "ibyt"),
+];
+
+/// Every record nfdump reads from `dir`, as name → value maps (see [`FIELDS`]).
+fn nfdump(dir: &Path) -> Vec<HashMap<String, String>> {
+    let fmt: Vec<&str> = FIELDS.iter().map(|(t, _)| *t).collect();
+    let out = Command::new("nfdump")
+        .arg("-R")
+        .arg(dir)
+        .args(["-q", "-N", "-o"])
+        .arg(format!("fmt:{}", fmt.join("|")))
+        .output()
+        .expect("nfdump");
+    assert!(
+        out.status.success(),
+        "nfdump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{text}");
+    text.lines()
+        .filter(|l| l.contains('|'))
+        .map(|l| {
+            FIELDS
+                .iter()
+                .zip(l.split('|'))
+                .map(|((_, n), v)| (n.to_string(), v.trim().to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+fn client(i: u16) -> Endpoints {
+    Endpoints {
+        src: IpAddr::from([198, 51, 100, (i % 200) as u8 + 1]),
+        sport: 20_000 + i,
+        dst: "203.0.113.10".parse().unwrap(),
+        dport: 80,
+    }
+}
+
+fn client6(i: u16) -> Endpoints {
+    Endpoints {
+        src: format!("2001:db8:c::{}", i + 1).parse().unwrap(),
+        sport: 30_000 + i,
+        dst: "2001:db8::10".parse().unwrap(),
+        dport: 443,
+    }
+}
+
+const S: u64 = 1_000_000_000;
+
+#[test]
+fn nfdump_reads_one_created_and_one_ended_record_per_connection() {
+    let nf = Nfcapd::start("conns");
+    let mut h = Harness::new(config(&nf.collector(), "sample_one_in = 0"));
+    // Connections: a SYN, then the handshake's ACK and a request.
+    let (v4, v6) = (40u16, 8u16);
+    let mut want: HashMap<(IpAddr, u16), IpAddr> = HashMap::new();
+    let t0 = 5 * S;
+    let flows: Vec<Endpoints> = (0..v4).map(client).chain((0..v6).map(client6)).collect();
+    let syns: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, true)).collect();
+    let out = h.send(&syns, t0);
+    let acks: Vec<Vec<u8>> = flows.iter().map(|e| craft::tcp(e, false)).collect();
+    h.send(&acks, t0 + S / 10);
+    for (e, b) in flows.iter().zip(out) {
+        want.insert((e.src, e.sport), b);
+    }
+    h.exporter.drain();
+    assert_eq!(h.stats.created.load(Relaxed), (v4 + v6) as u64);
+    assert_eq!(h.stats.ended.load(Relaxed), 0);
+    // Idle past the timeout: the sweep removes every entry, and each ends in a record.
+    for k in 0..40 {
+        h.worker.maintain(t0 + 3 * S + k * S / 10, &mut h.pool);
+    }
+    h.exporter.drain();
+    assert_eq!(h.worker.connections(), (0, 0));
+    assert_eq!(h.stats.ended.load(Relaxed), (v4 + v6) as u64);
+    assert_eq!(h.stats.no_start.load(Relaxed), 0);
+
+    let recs = nf.records();
+    let mut seen: HashMap<(IpAddr, u16), Vec<&HashMap<String, String>>> = HashMap::new();
+    for r in &recs {
+        let src: IpAddr = r["sa"].parse().unwrap();
+        let sport: u16 = r["sp"].parse().unwrap();
+        seen.entry((src, sport)).or_default().push(r);
+    }
+    assert_eq!(seen.len(), want.len(), "one client tuple per connection");
+    for ((src, sport), backend) in &want {
+        let rs = &seen[&(*src, *sport)];
+        assert_eq!(rs.len(), 2, "created and ended for {src}:{sport}: {rs:?}");
+        // Created: at the SYN. Ended: from the SYN to the last packet (0.1 s later).
+        let mut spans: Vec<(&str, &str)> = rs
+            .iter()
+            .map(|r| (r["start"].as_str(), r["end"].as_str()))
+            .collect();
+        spans.sort_by_key(|(s, e)| (*e, *s));
+        assert_eq!(spans[0].0, spans[0].1, "{rs:?}");
+        assert_eq!(spans[1].0, spans[0].0, "{rs:?}");
+        assert_ne!(spans[1].1, spans[1].0, "{rs:?}");
+        for r in rs {
+            let vip: IpAddr = if src.is_ipv4() {
+                "203.0.113.10".parse().unwrap()
+            } else {
+                "2001:db8::10".parse().unwrap()
+            };
+            assert_eq!(r["da"].parse::<IpAddr>().unwrap(), vip);
+            assert_eq!(r["dp"], if src.is_ipv4() { "80" } else { "443" });
+            assert_eq!(r["pr"], "6");
+            assert_eq!(r["nh"].parse::<IpAddr>().unwrap(), *backend, "{r:?}");
+        }
+    }
+}
+
+#[test]
+fn one_packet_in_n_is_sampled_and_a_full_queue_drops_events_not_packets() {
+    let nf = Nfcapd::start("sampled");
+    let mut h = Harness::new(config(
+        &nf.collector(),
+        "sample_one_in = 100\nconnections = false",
+    ));
+    let flows: Vec<Endpoints> = (0..50).map(client).collect();
+    let frames: Vec<Vec<u8>> = (0..5000)
+        .map(|i| craft::tcp(&flows[i % flows.len()], false))
+        .collect();
+    let out = h.send(&frames, S);
+    assert_eq!(out.len(), frames.len());
+    h.exporter.drain();
+    // Random 1-out-of-100 within each window of 100 packets: exactly one per window.
+    assert_eq!(h.stats.sampled.load(Relaxed), 50);
+    assert_eq!(h.stats.created.load(Relaxed), 0);
+    let recs = nf.records();
+    let backends: HashSet<IpAddr> = recs.iter().map(|r| r["nh"].parse().unwrap()).collect();
+    assert_eq!(recs.len(), 50, "{recs:?}");
+    assert!(backends
+        .iter()
+        .all(|b| b.to_string().starts_with("10.0.1.")));
+    for r in &recs {
+        assert_eq!(r["da"], "203.0.113.10");
+        assert_eq!(r["ipkt"], "1");
+    }
+
+    // A queue of 64 events and 1000 new connections before the exporter drains: 64 queued,
+    // the rest dropped and counted, every packet forwarded.
+    let mut h = Harness::new(config("127.0.0.1:9", "sample_one_in = 0\nqueue = 64"));
+    let syns: Vec<Vec<u8>> = (0..1000).map(|i| craft::tcp(&client(i), true)).collect();
+    assert_eq!(h.send(&syns, S).len(), 1000);
+    let (waiting, dropped) = h.stats.queues();
+    assert_eq!((waiting, dropped), (64, 936));
+    h.exporter.drain();
+    assert_eq!(h.stats.created.load(Relaxed), 64);
+    assert_eq!(h.stats.queues(), (0, 936));
+}
