@@ -119,6 +119,23 @@ fn describe(
         },
         crate::sets::path_of(cfg).display()
     );
+    if let Some(x) = &cfg.ipfix {
+        let to: Vec<String> = x.collectors.iter().map(|c| c.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "  ipfix: to {} (observation domain {}): connection records {}, {}; templates every \
+             {} s; {} events queued per worker at most",
+            to.join(", "),
+            x.observation_domain,
+            if x.connections { "on" } else { "off" },
+            match x.sample_one_in {
+                0 => "no packet records".to_string(),
+                n => format!("one packet in {n} sampled"),
+            },
+            x.template_refresh_s,
+            x.queue
+        );
+    }
     let _ = writeln!(
         s,
         "  per worker: {} IPv4 + {} IPv6 connections (idle timeout {} ms), {} fragment \

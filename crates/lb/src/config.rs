@@ -587,6 +587,35 @@ mod tests {
     "#;
 
     #[test]
+    fn the_ipfix_section_is_checked_naming_the_field() {
+        let c = LbConfig::from_toml(&format!(
+            "{GOOD}\n[ipfix]\ncollectors = [\"192.0.2.7\"]\nsample_one_in = 0\n"
+        ))
+        .unwrap();
+        let x = c.ipfix.unwrap();
+        assert_eq!(x.collectors, vec!["192.0.2.7:4739".parse().unwrap()]);
+        assert_eq!(x.sample_one_in, 0);
+        assert!(x.connections);
+        for (text, field) in [
+            ("collectors = [\"192.0.2.7:0\"]", "ipfix.collectors[0]"),
+            ("collectors = []", "ipfix.collectors"),
+            (
+                "collectors = [\"192.0.2.7\"]\ntemplate_refresh_s = 0",
+                "ipfix.template_refresh_s",
+            ),
+            (
+                "collectors = [\"192.0.2.7\"]\nmax_message_bytes = 100",
+                "ipfix.max_message_bytes",
+            ),
+        ] {
+            let e = LbConfig::from_toml(&format!("{GOOD}\n[ipfix]\n{text}\n")).unwrap_err();
+            assert_eq!(e.field, field, "{text}: {e}");
+        }
+        let e = LbConfig::from_toml(&format!("{GOOD}\n[ipfix]\ncolectors = []\n")).unwrap_err();
+        assert!(e.to_string().contains("colectors"), "{e}");
+    }
+
+    #[test]
     fn good_config() {
         let c = LbConfig::from_toml(GOOD).unwrap();
         assert_eq!(c.vips.len(), 2);

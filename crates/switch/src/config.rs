@@ -82,6 +82,8 @@ pub struct SwitchConfig {
     pub damping: Damping,
     /// The spanning tree (none: off; link-local frames, BPDUs included, are dropped).
     pub stp: Option<StpSettings>,
+    /// sFlow export (`[sflow]`; none: off).
+    pub sflow: Option<fp_export::config::SflowSpec>,
     /// The file the settings came from (what a reload reads again), if any.
     pub file: Option<PathBuf>,
     /// The FIB preload file, if any (read at start only).
@@ -186,6 +188,7 @@ impl SwitchConfig {
             max_macs: vec![None; nports],
             damping: Damping::default(),
             stp: None,
+            sflow: None,
             statics,
             file: None,
             fib_file: fib.map(Path::to_path_buf),
@@ -365,6 +368,10 @@ impl SwitchConfig {
             return Err(invalid(format!("port[{i}].native"), "needs `trunk`"));
         }
         cfg.stp = stp_settings(raw.stp.as_ref(), &raw.port)?;
+        cfg.sflow = match &raw.sflow {
+            Some(x) => Some(x.validate().map_err(|e| invalid(e.field, e.message))?),
+            None => None,
+        };
         let mut seen = HashSet::new();
         for (i, st) in raw.statics.iter().enumerate() {
             let field = |f: &str| format!("static[{i}].{f}");
@@ -549,10 +556,28 @@ impl SwitchConfig {
                 st.mac, st.vlan, st.port, self.ports[st.port as usize]
             );
         }
+        if let Some(f) = &self.sflow {
+            let to: Vec<String> = f.collectors.iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(
+                s,
+                "sflow: agent {}, one frame in {} sampled per port, counters every {} s, to {}",
+                f.agent,
+                f.sample_one_in,
+                f.counters_interval_s,
+                to.join(", ")
+            );
+        }
         if !self.preload.is_empty() {
             let _ = writeln!(s, "preload: {} entries", self.preload.len());
         }
         s
+    }
+
+    /// Samples each worker may queue for the sFlow exporter (the queues are made at start).
+    pub fn sflow_queue(&self) -> usize {
+        self.sflow
+            .as_ref()
+            .map_or(fp_export::config::DEFAULT_QUEUE, |s| s.queue)
     }
 
     /// What a reload may not change (they shape the FIB and the workers at start), named as
@@ -568,6 +593,8 @@ impl SwitchConfig {
             Some("switch.fib_cache")
         } else if self.gather != new.gather {
             Some("switch.gather")
+        } else if self.sflow_queue() != new.sflow_queue() {
+            Some("sflow.queue")
         } else if self.trace != new.trace {
             Some("switch.trace")
         } else if self.state_dir != new.state_dir {
@@ -828,6 +855,7 @@ struct RawFile {
     #[serde(default, rename = "static")]
     statics: Vec<RawStatic>,
     stp: Option<RawStp>,
+    sflow: Option<fp_export::config::RawSflow>,
 }
 
 /// `MAC=PORT` with PORT an index or one of `ports`.
@@ -1247,6 +1275,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("port[1].stp_priority"), "{e}");
+    }
+
+    #[test]
+    fn the_sflow_section_is_checked_and_its_queue_is_fixed_at_start() {
+        let sflow = "\n[sflow]\ncollectors = [\"192.0.2.9:6343\"]\nagent = \"192.0.2.1\"\n";
+        let c = SwitchConfig::from_toml(&format!("{FILE}{sflow}")).unwrap();
+        let s = c.sflow.as_ref().unwrap();
+        assert_eq!(s.sample_one_in, 1000);
+        assert_eq!(s.collectors[0].port(), 6343);
+        assert!(c
+            .describe()
+            .contains("sflow: agent 192.0.2.1, one frame in 1000"));
+        for (bad, want) in [
+            ("agent = \"192.0.2.1\"", "sflow.agent"),
+            ("collectors = [\"192.0.2.9:6343\"]", "sflow.collectors[0]"),
+        ] {
+            let text = format!("{FILE}{sflow}").replace(bad, &bad.replace("192.0.2", "x"));
+            let e = SwitchConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{want}: {e}");
+        }
+        let e = SwitchConfig::from_toml(&format!("{FILE}{sflow}sample_one_in = 99999999999\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("sflow.sample_one_in"), "{e}");
+        let q = SwitchConfig::from_toml(&format!("{FILE}{sflow}queue = 128\n")).unwrap();
+        assert_eq!(c.fixed_differs(&q), Some("sflow.queue"));
+        let rate = SwitchConfig::from_toml(&format!("{FILE}{sflow}sample_one_in = 5\n")).unwrap();
+        assert_eq!(c.fixed_differs(&rate), None, "the rate changes on a reload");
     }
 
     #[test]

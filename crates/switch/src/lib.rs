@@ -63,6 +63,7 @@ pub mod controller;
 pub mod guard;
 pub mod metrics;
 pub mod service;
+pub mod sflow;
 pub mod stage;
 pub mod stp;
 pub mod vlan;

@@ -50,6 +50,8 @@ pub struct SwitchView {
     pub(crate) learn_queue: usize,
     /// How this start went with the previous run's learned entries.
     pub(crate) restored: crate::carry::Restored,
+    /// The sFlow exporter's counters.
+    pub(crate) sflow: Arc<crate::sflow::SflowStats>,
 }
 
 impl SwitchView {
@@ -63,6 +65,7 @@ impl SwitchView {
 
 impl View for SwitchView {
     fn metrics(&self, e: &mut Exposition) {
+        sflow_metrics(&self.sflow, e);
         let name = "flowplane_switch_port_flooded_frames_total";
         e.family(
             name,
@@ -544,5 +547,53 @@ fn stp_metrics(e: &mut Exposition, names: &[String], t: &crate::service::StpView
         Kind::Counter,
         "Topology changes detected or received (each flushes the learned entries of the other ports).",
         t.topology_changes,
+    );
+}
+
+/// The sFlow exporter's families (`[sflow]`).
+fn sflow_metrics(x: &crate::sflow::SflowStats, e: &mut Exposition) {
+    use std::sync::atomic::Ordering::Relaxed;
+    e.family(
+        "flowplane_sflow_samples_total",
+        Kind::Counter,
+        "sFlow samples sent, by kind: flow (sampled frames) and counters (interface counters).",
+    );
+    e.sample(
+        "flowplane_sflow_samples_total",
+        &[("kind", "flow")],
+        x.flow_samples.load(Relaxed),
+    );
+    e.sample(
+        "flowplane_sflow_samples_total",
+        &[("kind", "counters")],
+        x.counter_samples.load(Relaxed),
+    );
+    e.family(
+        "flowplane_sflow_datagrams_total",
+        Kind::Counter,
+        "sFlow datagrams by result: sent (one per collector) or failed (refused by the socket; not retried).",
+    );
+    e.sample(
+        "flowplane_sflow_datagrams_total",
+        &[("result", "sent")],
+        x.datagrams.load(Relaxed),
+    );
+    e.sample(
+        "flowplane_sflow_datagrams_total",
+        &[("result", "failed")],
+        x.failed.load(Relaxed),
+    );
+    let (waiting, dropped) = x.queues();
+    e.single(
+        "flowplane_sflow_samples_dropped_total",
+        Kind::Counter,
+        "Sampled frames the workers dropped because their queue to the exporter was full (sflow.queue); reported to collectors in the samples' drops field.",
+        dropped,
+    );
+    e.single(
+        "flowplane_sflow_queue_samples",
+        Kind::Gauge,
+        "Sampled frames waiting in the workers' queues for the exporter.",
+        waiting,
     );
 }

@@ -187,6 +187,87 @@ pub struct SwitchService {
     restored: Restored,
     generation: u64,
     tree: Option<Tree>,
+    sflow: Sflow,
+}
+
+/// The sFlow export: the rate the workers sample at, the settings the exporter follows, the
+/// workers' queues until the exporter thread takes them, the engine's port counters, the thread.
+#[derive(Default)]
+struct Sflow {
+    rate: crate::sflow::Rate,
+    spec: Arc<Mutex<Option<fp_export::config::SflowSpec>>>,
+    queues: Vec<(
+        Receiver<crate::sflow::Sample>,
+        Arc<crate::sflow::SamplerCounters>,
+    )>,
+    engine: Arc<Mutex<Vec<Arc<fp_engine::driver::WorkerCounters>>>>,
+    stats: Arc<crate::sflow::SflowStats>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sflow {
+    /// Follow `[sflow]`: the workers' rate and the exporter's settings.
+    fn configure(&self, spec: Option<&fp_export::config::SflowSpec>) {
+        self.rate.store(
+            spec.map_or(0, |s| s.sample_one_in),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        *self.spec.lock().unwrap_or_else(|p| p.into_inner()) = spec.cloned();
+    }
+
+    /// Start the exporter thread on the workers' queues.
+    fn start(&mut self, names: &[String]) -> Result<()> {
+        let ports = names
+            .iter()
+            .map(|n| crate::sflow::PortInfo {
+                name: n.clone(),
+                ifindex: crate::sflow::ifindex(n),
+            })
+            .collect();
+        let engine = self.engine.clone();
+        let nports = names.len();
+        let totals: crate::sflow::PortTotals = Box::new(move || {
+            let e = engine.lock().unwrap_or_else(|p| p.into_inner());
+            (0..nports)
+                .map(|p| {
+                    let mut t = crate::sflow::PortTraffic::default();
+                    for w in e.iter() {
+                        if let Some(c) = w.ports.get(p) {
+                            t.rx += c.rx.get();
+                            t.tx += c.tx.get();
+                            t.rx_dropped += c.rx_dropped.get();
+                            t.tx_dropped += c.tx_dropped.get();
+                        }
+                    }
+                    t
+                })
+                .collect()
+        });
+        let x = crate::sflow::SflowExporter::new(
+            std::mem::take(&mut self.queues),
+            self.spec.clone(),
+            ports,
+            totals,
+            self.stats.clone(),
+        );
+        let stop = self.stop.clone();
+        self.thread = Some(
+            std::thread::Builder::new()
+                .name("fp-sw-sflow".into())
+                .spawn(move || x.run(stop))
+                .context("starting the sFlow export thread")?,
+        );
+        Ok(())
+    }
+
+    /// Send what the workers queued last and stop the thread.
+    fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Put back the learned entries the previous run left in the state directory (`crate::carry`),
@@ -304,6 +385,7 @@ impl SwitchService {
             restored,
             generation: 1,
             tree,
+            sflow: Sflow::default(),
         })
     }
 
@@ -430,6 +512,7 @@ impl SwitchService {
             .set_guards(new.storm.clone(), new.max_macs.clone(), new.damping);
         self.age_every = (new.aging / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let statics = self.ctl.set_statics(&new.statics);
+        self.sflow.configure(new.sflow.as_ref());
         self.cfg = new;
         if let Err(e) = statics {
             anyhow::bail!(
@@ -494,6 +577,15 @@ impl Service for SwitchService {
             .cfg
             .trace
             .then(|| (probes, self.fib.clone(), self.names.clone()));
+        // Every worker samples for sFlow at the shared rate (0 until `[sflow]` says otherwise).
+        let (sampler, rx, counters) = crate::sflow::sampler(
+            w,
+            nports as usize,
+            self.cfg.sflow_queue(),
+            self.sflow.rate.clone(),
+        );
+        sw.set_sampler(sampler);
+        self.sflow.queues.push((rx, counters));
         let mut stage = SwitchStage::new(w, sw, tracer);
         if let Some(inject) = self.tree.as_mut().and_then(|t| t.inject.take()) {
             stage.set_inject(inject);
@@ -506,8 +598,11 @@ impl Service for SwitchService {
         Ok(stage)
     }
 
-    fn view(&self, _: &[Arc<fp_engine::driver::WorkerCounters>]) -> Arc<SwitchView> {
+    fn view(&self, engine: &[Arc<fp_engine::driver::WorkerCounters>]) -> Arc<SwitchView> {
+        // The ports' frame counts, for sFlow's interface counters.
+        *self.sflow.engine.lock().unwrap_or_else(|p| p.into_inner()) = engine.to_vec();
         Arc::new(SwitchView {
+            sflow: self.sflow.stats.clone(),
             names: self.names.clone(),
             workers: self.workers.clone(),
             published: self.published.clone(),
@@ -521,6 +616,8 @@ impl Service for SwitchService {
     fn started(&mut self, _cx: &mut Context<'_>) -> Result<()> {
         // The preload is in the FIB now; its list is no longer needed.
         self.cfg.preload = Vec::new();
+        self.sflow.configure(self.cfg.sflow.as_ref());
+        self.sflow.start(&self.cfg.ports)?;
         Ok(())
     }
 
@@ -603,6 +700,7 @@ impl Service for SwitchService {
     }
 
     fn finished(&mut self, _stages: Vec<Finished<SwitchStage>>) {
+        self.sflow.stop();
         // The workers stopped: what they queued last is applied, then the learned entries are
         // kept for the next start.
         self.ctl.drain();

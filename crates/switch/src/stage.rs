@@ -20,6 +20,7 @@
 
 use crate::controller::FibEpoch;
 use crate::guard::{Kind, PortLocks, StormBuckets};
+use crate::sflow::{Sample, Sampler, Went};
 use crate::vlan::{self, PortPlan, VlanDrop};
 use fp_cuckoo::{CompactReader, Prefetch};
 use fp_flowcache::KeyedCache;
@@ -248,6 +249,8 @@ pub struct SwitchWorker {
     locks: Option<PortLocks>,
     /// Where BPDUs go when the spanning tree runs.
     bpdus: Option<SyncSender<BpduFrame>>,
+    /// sFlow's packet sampler, if the switch exports.
+    sampler: Option<Sampler>,
 }
 
 /// Frames received and flooded per VLAN id, written by one worker.
@@ -302,7 +305,13 @@ impl SwitchWorker {
             storm: StormBuckets::new(ports as usize, 1),
             locks: None,
             bpdus: None,
+            sampler: None,
         }
+    }
+
+    /// Sample received frames for sFlow with `s` (at the rate it follows).
+    pub fn set_sampler(&mut self, s: Sampler) {
+        self.sampler = Some(s);
     }
 
     /// Hand received BPDUs to `queue` (the spanning tree on the control side) when the port
@@ -551,6 +560,9 @@ impl SwitchWorker {
                 }
             }
         }
+        if let Some(s) = &mut self.sampler {
+            s.burst(in_port, self.held.len(), rx.len());
+        }
         // Out of `self` while in use (no reference count touched per burst).
         let vlans = self.vlans.take();
         if let Some(plan) = vlans.as_ref().map(|c| &**c.get()).filter(|p| p.aware()) {
@@ -680,8 +692,22 @@ impl SwitchWorker {
         let plan = ports_plan.filter(|p| p.aware());
         let stp = ports_plan.filter(|pp| pp.stp_on());
         let vl = std::mem::take(&mut self.vl);
+        // sFlow: the frames picked for samples, and the sample of the frame being switched
+        // (where it went is filled in below; it is handed over when the next frame starts).
+        let picks = self.sampler.as_mut().map(Sampler::take_picked);
+        let mut pick = picks.as_ref().and_then(|v| v.first().copied());
+        let mut picked_at = 0;
+        let mut sample: Option<Sample> = None;
         for (i, mut p) in held.drain(..).enumerate() {
             let (d, s, in_port) = (dst[i], src[i], held_in[i]);
+            if let Some(done) = sample.take() {
+                self.queue_sample(done);
+            }
+            if pick == Some(i as u32) {
+                sample = Some(Sample::of(in_port, p.data()));
+                picked_at += 1;
+                pick = picks.as_ref().and_then(|v| v.get(picked_at).copied());
+            }
             if p.len() < 14 {
                 self.stats.runt.inc();
                 pool.put(p);
@@ -707,6 +733,9 @@ impl SwitchWorker {
                 }
                 Some(_) => (vl[i] & 0xfff, vl[i] & TAGGED != 0),
             };
+            if let Some(smp) = &mut sample {
+                smp.vlans = (vid, vid);
+            }
             if is_group(s) {
                 self.stats.bad_source.inc();
                 pool.put(p);
@@ -759,15 +788,24 @@ impl SwitchWorker {
                 (false, Some(port)) if port < ports => match plan {
                     None => {
                         forwarded += 1;
+                        if let Some(smp) = &mut sample {
+                            smp.went = Went::Port(port);
+                        }
                         tx[port as usize].push(p);
                     }
                     // Untagged in, untagged out (access to access): nothing to change.
                     Some(plan) if !tagged && plan.untagged_vid(port) == vid => {
                         forwarded += 1;
+                        if let Some(smp) = &mut sample {
+                            smp.went = Went::Port(port);
+                        }
                         tx[port as usize].push(p);
                     }
                     Some(plan) if plan.is_member(port, vid) => {
                         forwarded += 1;
+                        if let Some(smp) = &mut sample {
+                            smp.went = Went::Port(port);
+                        }
                         shape(plan, port, vid, tagged, &mut p);
                         tx[port as usize].push(p);
                     }
@@ -803,6 +841,9 @@ impl SwitchWorker {
                     }
                     self.stats.flooded.inc();
                     self.flooded[in_port as usize].inc();
+                    if let Some(smp) = &mut sample {
+                        smp.went = Went::Flooded(self.flood_width(ports_plan, in_port, vid));
+                    }
                     match plan {
                         None if stp.is_some() => {
                             self.flood_vlan(stp.expect("checked"), in_port, 0, false, p, tx, pool)
@@ -815,6 +856,12 @@ impl SwitchWorker {
                     }
                 }
             }
+        }
+        if let Some(done) = sample.take() {
+            self.queue_sample(done);
+        }
+        if let (Some(s), Some(v)) = (&mut self.sampler, picks) {
+            s.put_picked(v);
         }
         let mut vl = vl;
         vl.clear();
@@ -833,6 +880,29 @@ impl SwitchWorker {
         held_in.clear();
         (self.dst, self.src, self.out, self.seen) = (dst, src, out, seen);
         (self.held, self.held_in) = (held, held_in);
+    }
+
+    /// Hand a finished sample to the sFlow exporter.
+    #[cold]
+    fn queue_sample(&mut self, s: Sample) {
+        if let Some(q) = &mut self.sampler {
+            q.send(s);
+        }
+    }
+
+    /// The ports a frame of VLAN `vid` from `in_port` is flooded to (for sFlow's output field).
+    #[cold]
+    fn flood_width(&self, plan: Option<&PortPlan>, in_port: u16, vid: u16) -> u16 {
+        let all = || (0..self.ports).filter(|&q| q != in_port);
+        match plan {
+            Some(pp) if pp.aware() => pp
+                .ports_of(vid)
+                .iter()
+                .filter(|&&q| q != in_port && pp.forwards(q))
+                .count() as u16,
+            Some(pp) => all().filter(|&q| pp.forwards(q)).count() as u16,
+            None => all().count() as u16,
+        }
     }
 
     /// Copies of `p` to every port but `in_port` (the last one gets the original).
@@ -1316,6 +1386,54 @@ mod tests {
             }
             outs
         }
+    }
+
+    #[test]
+    fn sflow_samples_one_frame_in_n_per_port_with_where_it_went() {
+        let mut sw = Sw::new(3);
+        let rate: crate::sflow::Rate = Arc::new(std::sync::atomic::AtomicU32::new(10));
+        let (sampler, rx, counters) = crate::sflow::sampler(0, 3, 4096, rate.clone());
+        sw.w.set_sampler(sampler);
+        let (a, b) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        // b learnt on port 2; then 10000 frames a -> b on port 0 in bursts of 32.
+        sw.send(2, frame(a, b), 1);
+        let mut burst_rx = burst();
+        for k in 0..10_000 / 32 + 1 {
+            for _ in 0..32 {
+                let mut p = sw.pool.get().unwrap();
+                p.fill(&frame(b, a));
+                burst_rx.push(p);
+            }
+            sw.w.process(0, &mut burst_rx, &mut sw.tx, &mut sw.pool, 10 + k);
+            for t in sw.tx.iter_mut() {
+                sw.pool.put_all(t);
+            }
+        }
+        let frames = (10_000 / 32 + 1) * 32;
+        let samples: Vec<crate::sflow::Sample> = rx.try_iter().collect();
+        // The first frame (flooded: b unknown) may or may not be sampled.
+        let on0: Vec<_> = samples.iter().filter(|s| s.port == 0).collect();
+        // One in 10 on average: within 5 standard deviations of a skip count's spread.
+        let n = on0.len() as f64;
+        let mean = frames as f64 / 10.0;
+        assert!(
+            (n - mean).abs() < 5.0 * (mean * 0.9).sqrt() + 5.0,
+            "{n} samples of {frames}"
+        );
+        assert!(on0.iter().all(|s| s.went == Went::Port(2) && s.len == 60));
+        assert!(on0.iter().all(|s| s.header[..12] == frame(b, a)[..12]));
+        // The pools add up to the frames the port received up to its last sample.
+        let pooled: u64 = on0.iter().map(|s| s.pool as u64).sum();
+        assert!(pooled <= frames as u64 && pooled + 2 * 10 * 10 > frames as u64);
+        assert_eq!(
+            counters.queued.load(std::sync::atomic::Ordering::Relaxed),
+            samples.len() as u64
+        );
+        // Rate 0: no more samples.
+        rate.store(0, std::sync::atomic::Ordering::Relaxed);
+        sw.send(0, frame(b, a), 20_000);
+        sw.send(0, frame(b, a), 20_001);
+        assert_eq!(rx.try_iter().count(), 0);
     }
 
     /// The frames of each port's transmit bursts (bytes), recycling the buffers.
