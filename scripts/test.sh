@@ -44,6 +44,8 @@ LOOM_MAX_PREEMPTIONS=1 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-cuckoo --test loom_quotient
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
   cargo test --locked --release --target-dir target/loom -p fp-setsep --test loom_update
+LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
+  cargo test --locked --release --target-dir target/loom -p fp-export --test loom_ring
 
 step "fuzzing"
 # The six fp-wire fuzz targets, 20 s each from the stored seeds; any crash, leak, timeout or

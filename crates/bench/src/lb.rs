@@ -200,7 +200,7 @@ pub fn run(a: LbArgs) -> Result<()> {
     for &n in &conns {
         // Room for the tracked connections plus every SYN the rounds will insert (a slice per
         // round of the `syn` case and of the flood comparison), below the guard's pressure mark.
-        let syn_total = 2 * rounds * per_round;
+        let syn_total = 2 * rounds * per_round + export_syns(rounds, per_round);
         // (and at most 80 % full with the tracked ones, for tables larger than the SYN slices).
         let capacity = (n as usize + syn_total + syn_total / 2).max(n as usize * 5 / 4);
         let snaps = snapshots(capacity, CACHE_ENTRIES)?;
@@ -292,6 +292,18 @@ pub fn run(a: LbArgs) -> Result<()> {
             &worker,
             &pool,
             now,
+        )?;
+        export_cases(
+            &mut rep,
+            n,
+            rounds,
+            per_round,
+            &snaps,
+            &worker,
+            &pool,
+            now,
+            n + 2 * (rounds * per_round) as u64,
+            &acks,
         )?;
         let w = worker.into_inner();
         let t = Totals::sum([&**w.stats()]);
@@ -621,6 +633,153 @@ fn flood(
 /// Entries of the worker's flow cache in the cache cases: 32 768 IPv4 entries (about 1.1 MiB of
 /// ring and fingerprints, half of this machine's 2 MiB L2) and a quarter for IPv6.
 const CACHE_ENTRIES: usize = 32_768;
+
+/// New connections per round of each variant of [`export_cases`]' `syn` traffic.
+fn export_slice(per_round: usize) -> usize {
+    per_round / 4
+}
+
+/// SYNs [`export_cases`] opens connections with (room the table needs for them).
+fn export_syns(rounds: usize, per_round: usize) -> usize {
+    EXPORT_VARIANTS.len() * rounds * export_slice(per_round)
+}
+
+/// The variants of [`export_cases`]: name, `[ipfix]` (none: export off).
+const EXPORT_VARIANTS: [(&str, Option<&str>); 3] = [
+    (
+        "connections_1_in_1000",
+        Some("connections = true\nsample_one_in = 1000"),
+    ),
+    (
+        "connections_every_packet",
+        Some("connections = true\nsample_one_in = 1"),
+    ),
+    ("off", None),
+];
+
+/// IPFIX export's cost (`[ipfix]`): the same worker with export off, with connection records and
+/// one packet in 1000 sampled (the default), and with connection records and every packet
+/// sampled, in alternated rounds; the variant is switched by publishing a snapshot of its
+/// configuration, as a reload does. The exporter thread runs on the other core, draining the
+/// worker's queue every 20 ms and sending to a UDP socket on loopback that nobody reads (the
+/// worker's cost is what is measured; what its queue could not take is dropped and counted, as in
+/// the product). Two traffics: `syn`, every packet a new connection (a created record each:
+/// the worst case for connection records; a fresh slice of connections per round and variant),
+/// and `non_syn`, packets of established connections.
+#[allow(clippy::too_many_arguments)]
+fn export_cases(
+    rep: &mut Report,
+    n: u64,
+    rounds: usize,
+    per_round: usize,
+    snaps: &Arc<Published<Snapshot>>,
+    worker: &std::cell::RefCell<LbStage>,
+    pool: &std::cell::RefCell<Pool>,
+    now: u64,
+    first_flow: u64,
+    acks: &Frames,
+) -> Result<()> {
+    use fp_lb::export::{tap, ExportStats, FlowExporter};
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let base = snaps.load().config.clone();
+    let mut published = Vec::new();
+    for (_, ipfix) in EXPORT_VARIANTS {
+        let mut cfg = (*base).clone();
+        cfg.ipfix = match ipfix {
+            None => None,
+            Some(t) => Some(
+                LbConfig::from_toml(&format!(
+                    "[balancer]\naddress = \"10.0.0.2\"\n[ipfix]\ncollectors = [\"{}\"]\n{t}\n",
+                    sink.local_addr()?
+                ))
+                .map_err(|e| anyhow::anyhow!("bench [ipfix]: {e}"))?
+                .ipfix
+                .context("[ipfix] parsed")?,
+            ),
+        };
+        published.push(Arc::new(Builder::new().build(Arc::new(cfg))?));
+    }
+    let queue = fp_export::config::DEFAULT_QUEUE;
+    let (t, events) = tap(0, queue);
+    let counters = t.counters().clone();
+    worker.borrow_mut().set_export(t);
+    let stats = Arc::new(ExportStats::default());
+    let exporter = FlowExporter::new(vec![events], snaps.clone(), stats.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || exporter.run(stop))
+    };
+    let k = export_slice(per_round);
+    let syns = Frames::new(
+        (0..export_syns(rounds, per_round) as u64).map(|i| craft::tcp(&flow(first_flow + i), true)),
+    );
+    let slice = std::cell::Cell::new(0usize);
+    let result = (|| -> Result<()> {
+        for traffic in ["syn", "non_syn"] {
+            // Events queued and dropped per variant.
+            let tally = std::cell::RefCell::new(vec![(0u64, 0u64); EXPORT_VARIANTS.len()]);
+            let run = |v: usize| -> Result<f64> {
+                snaps.publish(published[v].clone());
+                let (q0, d0) = (
+                    counters.queued.load(Relaxed),
+                    counters.dropped.load(Relaxed),
+                );
+                let mut w = worker.borrow_mut();
+                let ns = if traffic == "syn" {
+                    let s = slice.get();
+                    slice.set(s + 1);
+                    drive(&syns, s * k, k, &mut pool.borrow_mut(), |rx, tx, pool| {
+                        w.process(rx, tx, pool, now)
+                    })
+                } else {
+                    drive(
+                        acks,
+                        0,
+                        per_round,
+                        &mut pool.borrow_mut(),
+                        |rx, tx, pool| w.process(rx, tx, pool, now),
+                    )
+                };
+                let mut t = tally.borrow_mut();
+                t[v].0 += counters.queued.load(Relaxed) - q0;
+                t[v].1 += counters.dropped.load(Relaxed) - d0;
+                Ok(1.0 / ns)
+            };
+            let v = contest(rounds, &[&|| run(0), &|| run(1), &|| run(2)])?;
+            let off_ns = 1.0 / v[2];
+            let t = tally.borrow();
+            for (i, (name, _)) in EXPORT_VARIANTS[..2].iter().enumerate() {
+                let ns = 1.0 / v[i];
+                let (queued, dropped) = t[i];
+                let events = queued + dropped;
+                rep.add(
+                    Record::higher(format!("ipfix_{traffic}"), 1e3 / ns, "Mpps")
+                        .param("conns", n)
+                        .param("export", *name)
+                        .param("ns_per_packet", (ns * 10.0).round() / 10.0)
+                        .param("events", events)
+                        .param(
+                            "events_dropped_share",
+                            (dropped as f64 / events.max(1) as f64 * 1000.0).round() / 1000.0,
+                        )
+                        .param("queue", queue as u64)
+                        .param(
+                            "peer_config",
+                            "the same worker and traffic with no [ipfix] (export off)",
+                        )
+                        .peer("export_off", 1e3 / off_ns),
+                )?;
+            }
+        }
+        Ok(())
+    })();
+    snaps.publish(published[2].clone());
+    stop.store(true, Relaxed);
+    let _ = thread.join();
+    result
+}
 
 /// The flow cache in front of the connection table (`balancer.conn_cache_entries`): packets of
 /// established connections drawn uniformly or by Zipf popularity (θ = 0.9, 1.1) over the `n`

@@ -164,6 +164,102 @@ fn out_port(i: u64, ports: u16) -> u16 {
     1 + (i % (ports as u64 - 1)) as u16
 }
 
+/// sFlow rates of the `forward_sflow` case: the default 1 in 1000, every frame, and off (the
+/// peer).
+const SFLOW_RATES: [u32; 3] = [1000, 1, 0];
+
+/// The `forward_sflow` case: a switch worker sampling for sFlow (`[sflow]`) at rates switched
+/// between alternated rounds, and its exporter thread.
+struct SflowBench {
+    worker: RefCell<SwitchWorker>,
+    rate: fp_switch::sflow::Rate,
+    counters: Arc<fp_switch::sflow::SamplerCounters>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _sink: std::net::UdpSocket,
+}
+
+impl SflowBench {
+    fn start(worker: RefCell<SwitchWorker>) -> Result<SflowBench> {
+        use fp_switch::sflow::{sampler, PortInfo, SflowExporter, SflowStats};
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        let rate: fp_switch::sflow::Rate = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let queue = fp_export::config::DEFAULT_QUEUE;
+        let (s, samples) = sampler(0, PORTS as usize, queue, rate.clone());
+        let counters = samples.counters().clone();
+        worker.borrow_mut().set_sampler(s);
+        let spec = fp_export::config::SflowSpec {
+            collectors: vec![sink.local_addr()?],
+            agent: "192.0.2.1".parse()?,
+            sub_agent_id: 0,
+            sample_one_in: 1000,
+            counters_interval_s: 20,
+            queue,
+            max_datagram_bytes: 1400,
+        };
+        let ports = (0..PORTS)
+            .map(|p| PortInfo {
+                name: format!("p{p}"),
+                ifindex: p as u32 + 1,
+            })
+            .collect();
+        let x = SflowExporter::new(
+            vec![samples],
+            Arc::new(std::sync::Mutex::new(Some(spec))),
+            ports,
+            Box::new(Vec::new),
+            Arc::new(SflowStats::default()),
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            Some(std::thread::spawn(move || x.run(stop)))
+        };
+        Ok(SflowBench {
+            worker,
+            rate,
+            counters,
+            stop,
+            thread,
+            _sink: sink,
+        })
+    }
+
+    /// Records of the rates measured (`v`, in [`SFLOW_RATES`] order; the last is off).
+    fn report(&self, rep: &mut Report, n: u64, v: &[f64]) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let off = v[SFLOW_RATES.len() - 1];
+        let (queued, dropped) = (
+            self.counters.queued.load(Relaxed),
+            self.counters.dropped.load(Relaxed),
+        );
+        for (i, rate) in SFLOW_RATES[..SFLOW_RATES.len() - 1].iter().enumerate() {
+            rep.add(
+                Record::higher("forward_sflow", v[i], "Mpps")
+                    .param("entries", n)
+                    .param("sample_one_in", *rate as u64)
+                    .param("samples_queued", queued)
+                    .param("samples_dropped", dropped)
+                    .param(
+                        "peer_config",
+                        "the same worker and frames with sampling off (no [sflow])",
+                    )
+                    .peer("sflow_off", off),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SflowBench {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Frames with destinations uniform over the FIB's first `n` entries.
 fn frames(n: u64, count: usize, seed: u64) -> Vec<[u8; FRAME]> {
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
@@ -462,6 +558,9 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
             })
         };
         let (v_access, v_trunk) = (vlan_worker(&access_plan), vlan_worker(&trunk_plan));
+        // sFlow: a worker sampling at a shared rate switched between rounds (0: off), its
+        // exporter on the other core sending to a socket nobody reads.
+        let sflow = SflowBench::start(worker(&huge, LookupMode::Prefetched))?;
         let fr_tagged: Vec<[u8; FRAME + 4]> = fr.iter().map(tagged).collect();
         let run_tagged = |sw: &RefCell<SwitchWorker>| -> Result<f64> {
             let mut sw = sw.borrow_mut();
@@ -496,9 +595,18 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
             runs.push(Box::new(move || run_sw(acc)));
             runs.push(Box::new(move || run_tagged(trk)));
         }
+        let sflow_at = runs.len();
+        for rate in SFLOW_RATES {
+            let (sf, run_sw) = (&sflow, &run_sw);
+            runs.push(Box::new(move || {
+                sf.rate.store(rate, std::sync::atomic::Ordering::Relaxed);
+                run_sw(&sf.worker)
+            }));
+        }
         let refs: Vec<&dyn Fn() -> Result<f64>> = runs.iter().map(|f| f.as_ref()).collect();
         let v = contest(rounds, &refs)?;
         let (bv, ours, stream, piped) = (v[0], v[1], v[2], v[3]);
+        sflow.report(rep, n, &v[sflow_at..sflow_at + SFLOW_RATES.len()])?;
         if let (Some(acc), Some(trk)) = (&v_access, &v_trunk) {
             let (va, vt) = (v[4 + variants.len()], v[5 + variants.len()]);
             for sw in [acc, trk] {

@@ -17,6 +17,8 @@
 //!   counter samples (generic interface counters), as the sFlow version 5 specification lays
 //!   them out.
 //! * [`udp`]: one socket, many collectors, counting what was sent and what failed.
+//! * [`ring`]: the bounded single-producer single-consumer queue a worker hands events to the
+//!   exporter through, without waiting and without a read-modify-write per event.
 //! * [`config`]: the `[ipfix]` and `[sflow]` configuration sections, validated with errors that
 //!   name the field.
 //!
@@ -41,5 +43,6 @@
 
 pub mod config;
 pub mod ipfix;
+pub mod ring;
 pub mod sflow;
 pub mod udp;

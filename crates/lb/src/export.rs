@@ -41,12 +41,12 @@
 use crate::snapshot::{Cached, Published, Snapshot};
 use fp_export::config::IpfixSpec;
 use fp_export::ipfix::{end_reason, ie, Field, MessageBuilder, Record, Template};
+use fp_export::ring::{Consumer, Producer};
 use fp_export::udp::Exporter;
 use fp_wire::FlowKey;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -95,7 +95,8 @@ pub struct FlowEvent {
 }
 
 /// Events each worker queued, and dropped because its queue was full, and events the exporter
-/// took from it: shared between a worker (the first two, single writer) and the exporter.
+/// took from it: shared between a worker (the first two, single writer, stored once per burst)
+/// and the exporter.
 #[derive(Debug, Default)]
 pub struct TapCounters {
     /// Events put into the queue.
@@ -106,11 +107,97 @@ pub struct TapCounters {
     pub taken: AtomicU64,
 }
 
-/// A worker's end of the export: its queue and the sampler.
+/// Words of an event in the ring.
+const WORDS: usize = 9;
+
+impl FlowEvent {
+    /// The event as ring words: kind, why/reason, length, worker and families; the time; the
+    /// flow key's encoding (13 or 37 bytes); the backend's address.
+    fn encode(&self) -> [u64; WORDS] {
+        let (kind, arg, bytes) = match self.event {
+            Event::Created(w) => (1u64, w as u64, 0u64),
+            Event::Ended(r) => (2, r as u64, 0),
+            Event::Sampled(w, b) => (3, w as u64, b as u64),
+        };
+        let mut key = [0u8; fp_wire::flow::MAX_KEY_LEN];
+        let klen = self.flow.encode(&mut key).len() as u64;
+        let (bfam, b) = match self.backend {
+            None => (0u64, [0u8; 16]),
+            Some(IpAddr::V4(a)) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (4, b)
+            }
+            Some(IpAddr::V6(a)) => (6, a.octets()),
+        };
+        let mut w = [0u64; WORDS];
+        w[0] = kind | arg << 8 | bytes << 16 | (self.worker as u64) << 32 | klen << 48 | bfam << 56;
+        w[1] = self.at_ns;
+        let mut k = [0u8; 40];
+        k[..key.len()].copy_from_slice(&key);
+        for i in 0..5 {
+            w[2 + i] = u64::from_le_bytes(k[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        }
+        w[7] = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        w[8] = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+        w
+    }
+
+    /// [`FlowEvent::encode`] back; `None` for words no event makes.
+    fn decode(w: &[u64; WORDS]) -> Option<FlowEvent> {
+        let arg = (w[0] >> 8) as u8;
+        let event = match w[0] & 0xff {
+            1 => Event::Created(Why::from_u8(arg)?),
+            2 => Event::Ended(arg),
+            3 => Event::Sampled(Why::from_u8(arg)?, (w[0] >> 16) as u16),
+            _ => return None,
+        };
+        let mut k = [0u8; 40];
+        for i in 0..5 {
+            k[i * 8..i * 8 + 8].copy_from_slice(&w[2 + i].to_le_bytes());
+        }
+        let klen = ((w[0] >> 48) & 0xff) as usize;
+        let flow = FlowKey::from_bytes(k.get(..klen)?)?;
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&w[7].to_le_bytes());
+        b[8..].copy_from_slice(&w[8].to_le_bytes());
+        let backend = match w[0] >> 56 {
+            4 => Some(IpAddr::from([b[0], b[1], b[2], b[3]])),
+            6 => Some(IpAddr::from(b)),
+            _ => None,
+        };
+        Some(FlowEvent {
+            event,
+            flow,
+            backend,
+            at_ns: w[1],
+            worker: (w[0] >> 32) as u16,
+        })
+    }
+}
+
+impl Why {
+    fn from_u8(v: u8) -> Option<Why> {
+        Some(match v {
+            1 => Why::New,
+            2 => Why::Reselected,
+            3 => Why::SecondChance,
+            4 => Why::Hit,
+            5 => Why::ConnectionId,
+            6 => Why::NoEntry,
+            _ => return None,
+        })
+    }
+}
+
+/// A worker's end of the export: its queue (a ring, see [`fp_export::ring`]) and the sampler.
 #[derive(Debug)]
 pub struct Tap {
-    queue: SyncSender<FlowEvent>,
+    ring: Producer,
     counters: Arc<TapCounters>,
+    /// Events queued and dropped, counted here and stored for readers at each publish.
+    queued: u64,
+    dropped: u64,
     worker: u16,
     /// Connection records on.
     conns: bool,
@@ -122,13 +209,35 @@ pub struct Tap {
     rng: u64,
 }
 
-/// Make a worker's tap and the exporter's end of its queue.
-pub fn tap(worker: usize, queue: usize) -> (Tap, Receiver<FlowEvent>, Arc<TapCounters>) {
-    let (tx, rx) = std::sync::mpsc::sync_channel(queue);
+/// The exporter's end of a worker's queue.
+#[derive(Debug)]
+pub struct FlowEvents {
+    ring: Consumer,
+    counters: Arc<TapCounters>,
+}
+
+impl FlowEvents {
+    /// The next event the worker published.
+    fn take(&mut self) -> Option<FlowEvent> {
+        let mut w = [0u64; WORDS];
+        while self.ring.pop(&mut w) {
+            if let Some(e) = FlowEvent::decode(&w) {
+                return Some(e);
+            }
+        }
+        None
+    }
+}
+
+/// Make a worker's tap with a queue of `queue` events, and the exporter's end of it.
+pub fn tap(worker: usize, queue: usize) -> (Tap, FlowEvents) {
+    let (p, c) = fp_export::ring::ring(queue, WORDS);
     let counters = Arc::new(TapCounters::default());
     let t = Tap {
-        queue: tx,
+        ring: p,
         counters: counters.clone(),
+        queued: 0,
+        dropped: 0,
         worker: worker as u16,
         conns: false,
         one_in: 0,
@@ -136,7 +245,7 @@ pub fn tap(worker: usize, queue: usize) -> (Tap, Receiver<FlowEvent>, Arc<TapCou
         chosen: 0,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (worker as u64).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1,
     };
-    (t, rx, counters)
+    (t, FlowEvents { ring: c, counters })
 }
 
 impl Tap {
@@ -186,7 +295,8 @@ impl Tap {
         ((r * self.one_in as u64) >> 32) as u32
     }
 
-    /// Queue an event; a full queue drops it (counted).
+    /// Queue an event; a full queue drops it (counted). The exporter sees it after
+    /// [`Tap::publish`].
     #[inline]
     pub fn send(&mut self, event: Event, flow: FlowKey, backend: Option<IpAddr>, at_ns: u64) {
         let e = FlowEvent {
@@ -196,13 +306,29 @@ impl Tap {
             at_ns,
             worker: self.worker,
         };
-        let c = &self.counters;
-        match self.queue.try_send(e) {
-            Ok(()) => c.queued.store(c.queued.load(Relaxed) + 1, Relaxed),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                c.dropped.store(c.dropped.load(Relaxed) + 1, Relaxed)
-            }
+        if self.ring.push(&e.encode()) {
+            self.queued += 1;
+        } else {
+            self.dropped += 1;
         }
+    }
+
+    /// Hand the events queued so far to the exporter (once per burst), and publish the counts.
+    #[inline]
+    pub fn publish(&mut self) {
+        self.ring.publish();
+        let c = &self.counters;
+        if c.queued.load(Relaxed) != self.queued {
+            c.queued.store(self.queued, Relaxed);
+        }
+        if c.dropped.load(Relaxed) != self.dropped {
+            c.dropped.store(self.dropped, Relaxed);
+        }
+    }
+
+    /// The counters the exporter and the metrics read.
+    pub fn counters(&self) -> &Arc<TapCounters> {
+        &self.counters
     }
 }
 
@@ -436,7 +562,7 @@ impl Session {
 
 /// The exporter thread's state: the workers' queues, the session, the connections' start times.
 pub struct FlowExporter {
-    queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+    queues: Vec<FlowEvents>,
     snap: Cached<Snapshot>,
     session: Option<Session>,
     /// Start times (wall-clock ms) of the connections whose creation the exporter saw.
@@ -462,12 +588,12 @@ fn clock_offset_ns() -> i128 {
 impl FlowExporter {
     /// An exporter of the events of `queues`, following `[ipfix]` of the published snapshots.
     pub fn new(
-        queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+        queues: Vec<FlowEvents>,
         snapshots: Arc<Published<Snapshot>>,
         stats: Arc<ExportStats>,
     ) -> FlowExporter {
         *stats.taps.lock().unwrap_or_else(|p| p.into_inner()) =
-            queues.iter().map(|(_, c)| c.clone()).collect();
+            queues.iter().map(|q| q.counters.clone()).collect();
         FlowExporter {
             queues,
             snap: Cached::new(snapshots),
@@ -479,48 +605,40 @@ impl FlowExporter {
         }
     }
 
-    /// Drain every [`DRAIN_EVERY`] until `stop` is set or every worker is gone; then drain once
-    /// more and send what is left.
+    /// Drain every [`DRAIN_EVERY`] until `stop` is set; then drain once more and send what is
+    /// left.
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         loop {
-            let open = self.drain();
-            if open == 0 || stop.load(Relaxed) {
-                self.drain();
+            let stopping = stop.load(Relaxed);
+            self.drain();
+            if stopping {
                 return;
             }
             std::thread::sleep(DRAIN_EVERY);
         }
     }
 
-    /// Take every waiting event, encode and send; returns the queues still connected.
-    pub fn drain(&mut self) -> usize {
+    /// Take every event the workers published, encode and send.
+    pub fn drain(&mut self) {
         self.follow_config();
         // Templates before the records that use them.
         self.refresh_templates();
         let offset = clock_offset_ns();
-        let mut open = 0;
-        let queues = std::mem::take(&mut self.queues);
-        for (rx, counters) in &queues {
+        let mut queues = std::mem::take(&mut self.queues);
+        for q in &mut queues {
             let mut taken = 0u64;
-            let connected = loop {
-                match rx.try_recv() {
-                    Ok(e) => {
-                        taken += 1;
-                        self.event(&e, offset);
-                    }
-                    Err(TryRecvError::Empty) => break true,
-                    Err(TryRecvError::Disconnected) => break false,
-                }
-            };
-            counters.taken.fetch_add(taken, Relaxed);
-            open += connected as usize;
+            while let Some(e) = q.take() {
+                taken += 1;
+                self.event(&e, offset);
+            }
+            q.ring.release();
+            q.counters.taken.fetch_add(taken, Relaxed);
         }
         self.queues = queues;
         if let Some(s) = &mut self.session {
             s.flush(&self.stats);
         }
         self.stats.starts.store(self.starts.len() as u64, Relaxed);
-        open
     }
 
     /// A changed `[ipfix]` starts a new session (new socket, templates sent again); none stops
@@ -665,3 +783,61 @@ fn export_time_s() -> u32 {
 
 /// The exporter's reasons an entry ended, re-exported for the workers.
 pub(crate) use end_reason::{IDLE_TIMEOUT, LACK_OF_RESOURCES};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp_wire::flow::{FlowKeyV4, FlowKeyV6};
+    use fp_wire::ip::IpProtocol;
+
+    #[test]
+    fn events_cross_the_ring_unchanged() {
+        let v4 = FlowKey::V4(FlowKeyV4 {
+            src: [198, 51, 100, 7].into(),
+            dst: [203, 0, 113, 10].into(),
+            src_port: 40000,
+            dst_port: 80,
+            protocol: IpProtocol(6),
+        });
+        let v6 = FlowKey::V6(FlowKeyV6 {
+            src: "2001:db8::7".parse().unwrap(),
+            dst: "2001:db8::10".parse().unwrap(),
+            src_port: 1,
+            dst_port: 443,
+            protocol: IpProtocol(17),
+        });
+        let events = [
+            FlowEvent {
+                event: Event::Created(Why::SecondChance),
+                flow: v4,
+                backend: Some("10.0.1.2".parse().unwrap()),
+                at_ns: u64::MAX - 3,
+                worker: 3,
+            },
+            FlowEvent {
+                event: Event::Ended(IDLE_TIMEOUT),
+                flow: v6,
+                backend: Some("fd00::2".parse().unwrap()),
+                at_ns: 1,
+                worker: 65535,
+            },
+            FlowEvent {
+                event: Event::Sampled(Why::NoEntry, 1514),
+                flow: v6,
+                backend: None,
+                at_ns: 7,
+                worker: 0,
+            },
+        ];
+        let (mut t, mut q) = tap(0, 4);
+        for e in &events {
+            assert!(t.ring.push(&e.encode()));
+        }
+        assert_eq!(q.take(), None, "nothing before the burst's publish");
+        t.publish();
+        for e in &events {
+            assert_eq!(q.take().as_ref(), Some(e));
+        }
+        assert_eq!(q.take(), None);
+    }
+}

@@ -24,7 +24,7 @@
 use crate::carry::{Carried, Takeover};
 use crate::config::LbConfig;
 use crate::controller::{Action, Balancer};
-use crate::export::{ExportStats, FlowEvent, FlowExporter, TapCounters};
+use crate::export::{ExportStats, FlowEvents, FlowExporter};
 use crate::metrics::{ControlState, LbView};
 use crate::neighbors;
 use crate::speaker::Speaker;
@@ -41,7 +41,6 @@ use fp_service::handover::{Checkpointer, Delta};
 use fp_service::{Context, Events, LiveOptions, Ports, Service, Setup};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -166,7 +165,7 @@ pub struct LbService {
     checkpoint_ms: Arc<AtomicU64>,
     /// The flow export: the workers' queues until the exporter thread takes them, its counters,
     /// its stop flag and the thread.
-    export_queues: Vec<(Receiver<FlowEvent>, Arc<TapCounters>)>,
+    export_queues: Vec<FlowEvents>,
     export_stats: Arc<ExportStats>,
     export_stop: Arc<AtomicBool>,
     exporter: Option<std::thread::JoinHandle<()>>,
@@ -422,9 +421,9 @@ impl Service for LbService {
             .ipfix
             .as_ref()
             .map_or(fp_export::config::DEFAULT_QUEUE, |x| x.queue);
-        let (tap, rx, counters) = crate::export::tap(setup.worker, queue);
+        let (tap, events) = crate::export::tap(setup.worker, queue);
         w.set_export(tap);
-        self.export_queues.push((rx, counters));
+        self.export_queues.push(events);
         if let Ok(c) = &self.carried {
             let slot = ImportSlot::default();
             self.imports.push(slot.clone());

@@ -76,10 +76,10 @@ impl Harness {
         let snap = Builder::new().build(cfg).unwrap();
         let published = Arc::new(Published::<Snapshot>::new(Arc::new(snap)));
         let mut worker = LbStage::new(0, published.clone(), 7).unwrap();
-        let (t, rx, counters) = tap(0, queue);
+        let (t, events) = tap(0, queue);
         worker.set_export(t);
         let stats = Arc::new(ExportStats::default());
-        let exporter = FlowExporter::new(vec![(rx, counters)], published, stats.clone());
+        let exporter = FlowExporter::new(vec![events], published, stats.clone());
         Harness {
             worker,
             exporter,

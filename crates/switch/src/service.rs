@@ -196,10 +196,7 @@ pub struct SwitchService {
 struct Sflow {
     rate: crate::sflow::Rate,
     spec: Arc<Mutex<Option<fp_export::config::SflowSpec>>>,
-    queues: Vec<(
-        Receiver<crate::sflow::Sample>,
-        Arc<crate::sflow::SamplerCounters>,
-    )>,
+    queues: Vec<crate::sflow::Samples>,
     engine: Arc<Mutex<Vec<Arc<fp_engine::driver::WorkerCounters>>>>,
     stats: Arc<crate::sflow::SflowStats>,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -578,14 +575,14 @@ impl Service for SwitchService {
             .trace
             .then(|| (probes, self.fib.clone(), self.names.clone()));
         // Every worker samples for sFlow at the shared rate (0 until `[sflow]` says otherwise).
-        let (sampler, rx, counters) = crate::sflow::sampler(
+        let (sampler, samples) = crate::sflow::sampler(
             w,
             nports as usize,
             self.cfg.sflow_queue(),
             self.sflow.rate.clone(),
         );
         sw.set_sampler(sampler);
-        self.sflow.queues.push((rx, counters));
+        self.sflow.queues.push(samples);
         let mut stage = SwitchStage::new(w, sw, tracer);
         if let Some(inject) = self.tree.as_mut().and_then(|t| t.inject.take()) {
             stage.set_inject(inject);

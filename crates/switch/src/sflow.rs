@@ -7,8 +7,8 @@
 //! comes from one port), so a frame that is not sampled costs nothing. A sampled frame's first
 //! 128 bytes (as received), its length, its input port, where it went (one port, flooded to
 //! several, or dropped) and its VLANs are handed to the exporter thread through a bounded
-//! per-worker queue; a full queue drops the sample (counted in `drops` of later samples and in
-//! the metrics). The exporter numbers the samples per port, keeps each port's sample pool (frames
+//! per-worker ring ([`fp_export::ring`], published once per switched batch); a full ring drops
+//! the sample (counted in `drops` of later samples and in the metrics). The exporter numbers the samples per port, keeps each port's sample pool (frames
 //! the port's samplers saw), and sends flow samples with a raw-header record and an
 //! extended-switch record.
 //!
@@ -22,10 +22,10 @@
 //! them by SNMP or `ip link`.
 
 use fp_export::config::SflowSpec;
+use fp_export::ring::{Consumer, Producer};
 use fp_export::sflow::{Agent, CounterSample, DatagramBuilder, FlowSample, IfCounters, Output};
 use fp_export::udp::Exporter;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,7 +63,55 @@ pub struct Sample {
     pub header: [u8; HEADER_BYTES],
 }
 
+/// Words of a sample in the ring.
+const WORDS: usize = 2 + HEADER_BYTES / 8;
+
 impl Sample {
+    /// The sample as ring words: port, where it went and VLANs; pool, length, header length;
+    /// the header.
+    fn encode(&self) -> [u64; WORDS] {
+        let (kind, arg) = match self.went {
+            Went::Port(p) => (1u64, p as u64),
+            Went::Flooded(n) => (2, n as u64),
+            Went::Dropped => (3, 0),
+        };
+        let mut w = [0u64; WORDS];
+        w[0] = self.port as u64
+            | kind << 16
+            | arg << 18
+            | (self.vlans.0 as u64 & 0xfff) << 34
+            | (self.vlans.1 as u64 & 0xfff) << 46;
+        w[1] = self.pool as u64 | (self.len as u64) << 32 | (self.header_len as u64) << 48;
+        for (i, c) in self.header.chunks_exact(8).enumerate() {
+            w[2 + i] = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+        w
+    }
+
+    /// [`Sample::encode`] back; `None` for words no sample makes.
+    fn decode(w: &[u64; WORDS]) -> Option<Sample> {
+        let arg = ((w[0] >> 18) & 0xffff) as u16;
+        let went = match (w[0] >> 16) & 3 {
+            1 => Went::Port(arg),
+            2 => Went::Flooded(arg),
+            3 => Went::Dropped,
+            _ => return None,
+        };
+        let mut header = [0u8; HEADER_BYTES];
+        for (i, c) in header.chunks_exact_mut(8).enumerate() {
+            c.copy_from_slice(&w[2 + i].to_le_bytes());
+        }
+        Some(Sample {
+            port: w[0] as u16,
+            went,
+            vlans: (((w[0] >> 34) & 0xfff) as u16, ((w[0] >> 46) & 0xfff) as u16),
+            pool: w[1] as u32,
+            len: (w[1] >> 32) as u16,
+            header_len: ((w[1] >> 48) as u8).min(HEADER_BYTES as u8),
+            header,
+        })
+    }
+
     /// A sample of `frame`, received on `port` (dropped until the switch says where it went).
     #[cold]
     pub fn of(port: u16, frame: &[u8]) -> Sample {
@@ -86,8 +134,11 @@ impl Sample {
 /// last sample; the queue to the exporter.
 #[derive(Debug)]
 pub struct Sampler {
-    queue: SyncSender<Sample>,
+    ring: Producer,
     counters: Arc<SamplerCounters>,
+    /// Samples queued and dropped, stored for readers at each publish.
+    queued: u64,
+    dropped: u64,
     one_in: Arc<AtomicU32>,
     /// The rate the skips were drawn for.
     rate: u32,
@@ -112,18 +163,45 @@ pub struct SamplerCounters {
 /// The shared sampling rate (`sflow.sample_one_in`, 0: off), read by the workers between bursts.
 pub type Rate = Arc<AtomicU32>;
 
-/// A sampler for worker `worker` of a switch of `ports` ports, following `rate`, and the
-/// exporter's end of its queue.
-pub fn sampler(
-    worker: usize,
-    ports: usize,
-    queue: usize,
-    rate: Rate,
-) -> (Sampler, Receiver<Sample>, Arc<SamplerCounters>) {
-    let (tx, rx) = std::sync::mpsc::sync_channel(queue);
+/// The exporter's end of a worker's queue of samples.
+#[derive(Debug)]
+pub struct Samples {
+    ring: Consumer,
+    counters: Arc<SamplerCounters>,
+}
+
+impl Samples {
+    /// The next sample the worker published.
+    pub fn take(&mut self) -> Option<Sample> {
+        let mut w = [0u64; WORDS];
+        while self.ring.pop(&mut w) {
+            if let Some(s) = Sample::decode(&w) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Give the slots of the samples taken back to the worker.
+    pub fn release(&mut self) {
+        self.ring.release();
+    }
+
+    /// The worker's counters.
+    pub fn counters(&self) -> &Arc<SamplerCounters> {
+        &self.counters
+    }
+}
+
+/// A sampler for worker `worker` of a switch of `ports` ports with a queue of `queue` samples,
+/// following `rate`, and the exporter's end of its queue.
+pub fn sampler(worker: usize, ports: usize, queue: usize, rate: Rate) -> (Sampler, Samples) {
+    let (p, c) = fp_export::ring::ring(queue, WORDS);
     let counters = Arc::new(SamplerCounters::default());
     let s = Sampler {
-        queue: tx,
+        ring: p,
+        queued: 0,
+        dropped: 0,
         counters: counters.clone(),
         one_in: rate,
         rate: 0,
@@ -132,7 +210,7 @@ pub fn sampler(
         rng: 0x2545_F491_4F6C_DD1D ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         picked: Vec::with_capacity(64),
     };
-    (s, rx, counters)
+    (s, Samples { ring: c, counters })
 }
 
 impl Sampler {
@@ -197,21 +275,34 @@ impl Sampler {
         self.picked = v;
     }
 
-    /// Hand over a sample (its pool: the frames its port's sampler saw since the last one).
+    /// Queue a sample (its pool: the frames its port's sampler saw since the last one); the
+    /// exporter sees it after [`Sampler::publish`].
     #[cold]
     pub fn send(&mut self, mut s: Sample) {
         let p = s.port as usize;
         s.pool = self.seen.get_mut(p).map_or(0, std::mem::take);
-        let c = &self.counters;
-        match self.queue.try_send(s) {
-            Ok(()) => c.queued.store(c.queued.load(Relaxed) + 1, Relaxed),
-            Err(TrySendError::Full(s)) | Err(TrySendError::Disconnected(s)) => {
-                // The frames it stood for stay in the pool of the next sample.
-                if let Some(seen) = self.seen.get_mut(p) {
-                    *seen = seen.wrapping_add(s.pool);
-                }
-                c.dropped.store(c.dropped.load(Relaxed) + 1, Relaxed);
+        if self.ring.push(&s.encode()) {
+            self.queued += 1;
+        } else {
+            // The frames it stood for stay in the pool of the next sample.
+            if let Some(seen) = self.seen.get_mut(p) {
+                *seen = seen.wrapping_add(s.pool);
             }
+            self.dropped += 1;
+        }
+    }
+
+    /// Hand the samples queued so far to the exporter (once per switched batch), and publish
+    /// the counts.
+    #[inline]
+    pub fn publish(&mut self) {
+        self.ring.publish();
+        let c = &self.counters;
+        if c.queued.load(Relaxed) != self.queued {
+            c.queued.store(self.queued, Relaxed);
+        }
+        if c.dropped.load(Relaxed) != self.dropped {
+            c.dropped.store(self.dropped, Relaxed);
         }
     }
 }
@@ -296,7 +387,7 @@ struct Source {
 
 /// The sFlow exporter thread's state.
 pub struct SflowExporter {
-    queues: Vec<(Receiver<Sample>, Arc<SamplerCounters>)>,
+    queues: Vec<Samples>,
     spec: Arc<Mutex<Option<SflowSpec>>>,
     current: Option<(SflowSpec, Exporter, DatagramBuilder)>,
     ports: Vec<PortInfo>,
@@ -315,14 +406,14 @@ pub struct SflowExporter {
 impl SflowExporter {
     /// An exporter of the samplers' queues for `ports`, following `spec` (none: off).
     pub fn new(
-        queues: Vec<(Receiver<Sample>, Arc<SamplerCounters>)>,
+        queues: Vec<Samples>,
         spec: Arc<Mutex<Option<SflowSpec>>>,
         ports: Vec<PortInfo>,
         totals: PortTotals,
         stats: Arc<SflowStats>,
     ) -> SflowExporter {
         *stats.samplers.lock().unwrap_or_else(|p| p.into_inner()) =
-            queues.iter().map(|(_, c)| c.clone()).collect();
+            queues.iter().map(|q| q.counters.clone()).collect();
         SflowExporter {
             queues,
             spec,
@@ -386,14 +477,15 @@ impl SflowExporter {
             .unreported
             .wrapping_add(dropped.saturating_sub(self.dropped_seen) as u32);
         self.dropped_seen = dropped;
-        let queues = std::mem::take(&mut self.queues);
-        for (rx, c) in &queues {
+        let mut queues = std::mem::take(&mut self.queues);
+        for q in &mut queues {
             let mut taken = 0u64;
-            while let Ok(s) = rx.try_recv() {
+            while let Some(s) = q.take() {
                 taken += 1;
                 self.flow(&s);
             }
-            c.taken.fetch_add(taken, Relaxed);
+            q.release();
+            q.counters.taken.fetch_add(taken, Relaxed);
         }
         self.queues = queues;
         if let Some((s, ..)) = &self.current {

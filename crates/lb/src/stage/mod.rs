@@ -472,6 +472,9 @@ impl LbStage {
         scratch.pkts = pkts;
         scratch.pending = pending;
         self.housekeeping(now_ns, pool);
+        if let Some(t) = &mut self.export {
+            t.publish();
+        }
     }
 
     /// The SYN-flood guard's current mode, as last published.
@@ -513,6 +516,9 @@ impl LbStage {
         self.publish_gauges(now_ms);
         self.stats
             .set_state(self.tables.frags.held(), self.snap.get().generation);
+        if let Some(t) = &mut self.export {
+            t.publish();
+        }
     }
 }
 
