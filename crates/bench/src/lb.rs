@@ -766,6 +766,10 @@ fn export_cases(
                         )
                         .param("queue", queue as u64)
                         .param(
+                            "connection_starts",
+                            fp_export::config::DEFAULT_CONNECTION_STARTS as u64,
+                        )
+                        .param(
                             "peer_config",
                             "the same worker and traffic with no [ipfix] (export off)",
                         )

@@ -46,6 +46,8 @@ pub const MAX_SAMPLE_ONE_IN: u32 = 1 << 24;
 pub const DEFAULT_QUEUE: usize = 16_384;
 /// Default message size limit (fits an Ethernet MTU with IPv6 and UDP headers).
 pub const DEFAULT_MESSAGE_BYTES: usize = 1400;
+/// Default slots of the balancer exporter's table of connection start times (2 MiB).
+pub const DEFAULT_CONNECTION_STARTS: usize = 1 << 18;
 /// Default template refresh over UDP (RFC 7011 §8.4 leaves it to configuration).
 pub const DEFAULT_TEMPLATE_REFRESH_S: u32 = 60;
 /// The Private Enterprise Number RFC 5612 sets aside for documentation: flowplane's own
@@ -64,6 +66,7 @@ pub struct RawIpfix {
     queue: Option<usize>,
     max_message_bytes: Option<usize>,
     enterprise_number: Option<u32>,
+    connection_starts: Option<usize>,
 }
 
 /// Validated `[ipfix]`.
@@ -85,6 +88,9 @@ pub struct IpfixSpec {
     pub max_message_bytes: usize,
     /// Private Enterprise Number of flowplane's own information elements.
     pub enterprise_number: u32,
+    /// Slots of the exporter's table of connection start times (a power of two, 8 bytes each;
+    /// 0: end records carry no start time).
+    pub connection_starts: usize,
 }
 
 /// `[sflow]` as written.
@@ -205,7 +211,19 @@ impl RawIpfix {
                 "0 is the IANA registry, not an enterprise",
             ));
         }
+        let starts = self.connection_starts.unwrap_or(DEFAULT_CONNECTION_STARTS);
+        if starts > 1 << 26 {
+            return Err(fail(
+                "ipfix.connection_starts",
+                format!("{starts} is more than 67108864"),
+            ));
+        }
         Ok(IpfixSpec {
+            connection_starts: if starts == 0 {
+                0
+            } else {
+                starts.next_power_of_two()
+            },
             collectors: collectors("ipfix", &self.collectors, IPFIX_PORT)?,
             connections: self.connections.unwrap_or(true),
             sample_one_in: sample("ipfix", self.sample_one_in)?,

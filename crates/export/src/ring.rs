@@ -92,6 +92,16 @@ impl Producer {
         self.ring.mask + 1
     }
 
+    /// Whether a record fits now (the caller may skip building one that would be refused).
+    #[inline]
+    pub fn has_room(&mut self) -> bool {
+        let r = &*self.ring;
+        if self.tail.wrapping_sub(self.head) > r.mask {
+            self.head = r.head.0.load(Ordering::Acquire);
+        }
+        self.tail.wrapping_sub(self.head) <= r.mask
+    }
+
     /// Write `record` (its first `words` words; missing ones are 0) into the next slot; `false`,
     /// with nothing written, when the ring is full. The consumer sees it after
     /// [`Producer::publish`].
@@ -125,6 +135,11 @@ impl Producer {
 }
 
 impl Consumer {
+    /// Slots of the ring.
+    pub fn capacity(&self) -> usize {
+        self.ring.mask + 1
+    }
+
     /// Copy the next published record into `out` (its first `words` words); `false` when there
     /// is none.
     #[inline]

@@ -44,7 +44,6 @@ use fp_export::ipfix::{end_reason, ie, Field, MessageBuilder, Record, Template};
 use fp_export::ring::{Consumer, Producer};
 use fp_export::udp::Exporter;
 use fp_wire::FlowKey;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -198,6 +197,8 @@ pub struct Tap {
     /// Events queued and dropped, counted here and stored for readers at each publish.
     queued: u64,
     dropped: u64,
+    /// The queue was full during this burst.
+    full: bool,
     worker: u16,
     /// Connection records on.
     conns: bool,
@@ -238,6 +239,7 @@ pub fn tap(worker: usize, queue: usize) -> (Tap, FlowEvents) {
         counters: counters.clone(),
         queued: 0,
         dropped: 0,
+        full: false,
         worker: worker as u16,
         conns: false,
         one_in: 0,
@@ -299,6 +301,13 @@ impl Tap {
     /// [`Tap::publish`].
     #[inline]
     pub fn send(&mut self, event: Event, flow: FlowKey, backend: Option<IpAddr>, at_ns: u64) {
+        // A queue found full stays full for the rest of the burst (the exporter's progress is
+        // looked at again after the next publish): a saturated export costs a branch per event.
+        if self.full || !self.ring.has_room() {
+            self.full = true;
+            self.dropped += 1;
+            return;
+        }
         let e = FlowEvent {
             event,
             flow,
@@ -317,6 +326,7 @@ impl Tap {
     #[inline]
     pub fn publish(&mut self) {
         self.ring.publish();
+        self.full = false;
         let c = &self.counters;
         if c.queued.load(Relaxed) != self.queued {
             c.queued.store(self.queued, Relaxed);
@@ -459,9 +469,71 @@ fn templates(pen: u32) -> Vec<Template> {
 
 /// How often the exporter thread drains the workers' queues.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
-/// Start times of live connections the exporter remembers (to put them into the connection's
-/// end record); beyond this, end records go without a start.
-pub const MAX_STARTS: usize = 1 << 21;
+/// The start times of the connections whose creation the exporter saw, for their end records:
+/// a direct-mapped table of `ipfix.connection_starts` slots of (24-bit tag, start in ms since
+/// 2020 in 40 bits) indexed by a hash of the flow, so its memory is fixed and each event touches
+/// one slot. A connection whose slot a later one took (or one carried across a restart) ends
+/// without a start time (counted). Direct mapping rather than a map of every live connection:
+/// the exporter runs beside the workers, and the larger its table, the more of the workers'
+/// tables its random writes push out of the caches they share (measured: `bench lb`, docs).
+struct Starts {
+    slots: Box<[u64]>,
+    used: usize,
+}
+
+/// 2020-01-01T00:00:00Z in ms since the epoch: start times are kept relative to it.
+const START_EPOCH_MS: u64 = 1_577_836_800_000;
+
+impl Starts {
+    fn new(slots: usize) -> Starts {
+        Starts {
+            slots: vec![0u64; slots].into_boxed_slice(),
+            used: 0,
+        }
+    }
+
+    /// Slot and tag of `flow` (none without a table).
+    fn slot(&self, flow: &FlowKey) -> Option<(usize, u64)> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let h = flow.hash(0x1f1f_5eed);
+        Some(((h as usize) & (self.slots.len() - 1), (h >> 40) | 1))
+    }
+
+    /// Remember `flow` started at `at_ms` (wall clock); a connection already there keeps its
+    /// first start (a re-selection).
+    fn insert(&mut self, flow: &FlowKey, at_ms: u64) {
+        let Some((i, tag)) = self.slot(flow) else {
+            return;
+        };
+        if self.slots[i] & 0xff_ffff == tag {
+            return;
+        }
+        if self.slots[i] == 0 {
+            self.used += 1;
+        }
+        let rel = at_ms.saturating_sub(START_EPOCH_MS).min((1 << 40) - 1);
+        self.slots[i] = tag | rel << 24;
+    }
+
+    /// `flow`'s start (wall-clock ms), forgotten.
+    fn remove(&mut self, flow: &FlowKey) -> Option<u64> {
+        let (i, tag) = self.slot(flow)?;
+        let v = self.slots[i];
+        if v & 0xff_ffff != tag {
+            return None;
+        }
+        self.slots[i] = 0;
+        self.used -= 1;
+        Some(START_EPOCH_MS + (v >> 24))
+    }
+
+    fn clear(&mut self) {
+        self.slots.fill(0);
+        self.used = 0;
+    }
+}
 
 /// What the exporter did, for the metrics reader.
 #[derive(Debug, Default)]
@@ -563,10 +635,12 @@ impl Session {
 /// The exporter thread's state: the workers' queues, the session, the connections' start times.
 pub struct FlowExporter {
     queues: Vec<FlowEvents>,
+    /// The smallest queue's slots.
+    capacity: usize,
     snap: Cached<Snapshot>,
     session: Option<Session>,
     /// Start times (wall-clock ms) of the connections whose creation the exporter saw.
-    starts: HashMap<FlowKey, u64>,
+    starts: Starts,
     stats: Arc<ExportStats>,
     rec: Record,
     process_id: u32,
@@ -595,36 +669,41 @@ impl FlowExporter {
         *stats.taps.lock().unwrap_or_else(|p| p.into_inner()) =
             queues.iter().map(|q| q.counters.clone()).collect();
         FlowExporter {
+            capacity: queues.iter().map(|q| q.ring.capacity()).min().unwrap_or(0),
             queues,
             snap: Cached::new(snapshots),
             session: None,
-            starts: HashMap::new(),
+            starts: Starts::new(0),
             stats,
             rec: Record::new(),
             process_id: std::process::id(),
         }
     }
 
-    /// Drain every [`DRAIN_EVERY`] until `stop` is set; then drain once more and send what is
-    /// left.
+    /// Drain every [`DRAIN_EVERY`] (at once again while the workers keep a queue at least a
+    /// quarter full) until `stop` is set; then drain once more and send what is left.
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         loop {
             let stopping = stop.load(Relaxed);
-            self.drain();
+            let busiest = self.drain();
             if stopping {
                 return;
             }
-            std::thread::sleep(DRAIN_EVERY);
+            if busiest < self.capacity / 4 {
+                std::thread::sleep(DRAIN_EVERY);
+            }
         }
     }
 
-    /// Take every event the workers published, encode and send.
-    pub fn drain(&mut self) {
+    /// Take every event the workers published, encode and send; returns the most events taken
+    /// from one queue.
+    pub fn drain(&mut self) -> usize {
         self.follow_config();
         // Templates before the records that use them.
         self.refresh_templates();
         let offset = clock_offset_ns();
         let mut queues = std::mem::take(&mut self.queues);
+        let mut busiest = 0;
         for q in &mut queues {
             let mut taken = 0u64;
             while let Some(e) = q.take() {
@@ -633,12 +712,14 @@ impl FlowExporter {
             }
             q.ring.release();
             q.counters.taken.fetch_add(taken, Relaxed);
+            busiest = busiest.max(taken as usize);
         }
         self.queues = queues;
         if let Some(s) = &mut self.session {
             s.flush(&self.stats);
         }
-        self.stats.starts.store(self.starts.len() as u64, Relaxed);
+        self.stats.starts.store(self.starts.used as u64, Relaxed);
+        busiest
     }
 
     /// A changed `[ipfix]` starts a new session (new socket, templates sent again); none stops
@@ -665,7 +746,15 @@ impl FlowExporter {
                 None
             }
         });
-        if self.session.is_none() {
+        // The start times carry over into a new session of the same table size (a reload that
+        // changes the collectors); export off, or another size, starts from an empty table.
+        let slots = self
+            .session
+            .as_ref()
+            .map_or(0, |s| s.spec.connection_starts);
+        if self.starts.slots.len() != slots {
+            self.starts = Starts::new(slots);
+        } else if self.session.is_none() {
             self.starts.clear();
         }
     }
@@ -738,10 +827,7 @@ impl FlowExporter {
         let id = match e.event {
             Event::Created(why) => {
                 r.u64(at).u64(at).u8(1).u8(why as u8).u16(e.worker);
-                // A re-selection keeps the connection's first start.
-                if self.starts.len() < MAX_STARTS || self.starts.contains_key(&e.flow) {
-                    self.starts.entry(e.flow).or_insert(at);
-                }
+                self.starts.insert(&e.flow, at);
                 st.created.fetch_add(1, Relaxed);
                 pick(CREATED4, CREATED6)
             }

@@ -246,6 +246,7 @@ impl Sampler {
         };
         let mut left = skip as usize;
         let mut at = 0usize;
+        let before = self.picked.len();
         while left <= n - at {
             at += left;
             self.picked.push((first + at - 1) as u32);
@@ -253,6 +254,12 @@ impl Sampler {
         }
         self.skip[p] = (left - (n - at)) as u32;
         self.seen[p] = self.seen[p].wrapping_add(n as u32);
+        // A full queue takes none of this burst's samples: counted as dropped here, so that a
+        // saturated exporter costs the frames nothing more.
+        if self.picked.len() > before && !self.ring.has_room() {
+            self.dropped += (self.picked.len() - before) as u64;
+            self.picked.truncate(before);
+        }
     }
 
     /// Indexes of the held frames picked, in order.
@@ -273,6 +280,20 @@ impl Sampler {
     pub fn put_picked(&mut self, mut v: Vec<u32>) {
         v.clear();
         self.picked = v;
+    }
+
+    /// Whether a sample fits in the queue now: a picked frame whose sample would not fit is not
+    /// copied ([`Sampler::missed`]).
+    #[inline]
+    pub fn room(&mut self) -> bool {
+        self.ring.has_room()
+    }
+
+    /// A picked frame not sampled for lack of room: counted as dropped (its port's frames stay
+    /// in the pool of its next sample).
+    #[cold]
+    pub fn missed(&mut self) {
+        self.dropped += 1;
     }
 
     /// Queue a sample (its pool: the frames its port's sampler saw since the last one); the
@@ -429,15 +450,24 @@ impl SflowExporter {
         }
     }
 
-    /// Drain every [`DRAIN_EVERY`] until `stop` is set (then once more).
+    /// Drain every [`DRAIN_EVERY`] (at once again while a worker keeps its queue at least a
+    /// quarter full) until `stop` is set (then once more).
     pub fn run(mut self, stop: Arc<AtomicBool>) {
+        let capacity = self
+            .queues
+            .iter()
+            .map(|q| q.ring.capacity())
+            .min()
+            .unwrap_or(0);
         loop {
             let stopping = stop.load(Relaxed);
-            self.drain();
+            let busiest = self.drain();
             if stopping {
                 return;
             }
-            std::thread::sleep(DRAIN_EVERY);
+            if busiest < capacity / 4 {
+                std::thread::sleep(DRAIN_EVERY);
+            }
         }
     }
 
@@ -469,8 +499,9 @@ impl SflowExporter {
         self.counters_sent = None;
     }
 
-    /// Take every waiting sample, send them, and the counters when due.
-    pub fn drain(&mut self) {
+    /// Take every waiting sample, send them, and the counters when due; returns the most samples
+    /// taken from one queue.
+    pub fn drain(&mut self) -> usize {
         self.follow();
         let (_, dropped) = self.stats.queues();
         self.unreported = self
@@ -478,6 +509,7 @@ impl SflowExporter {
             .wrapping_add(dropped.saturating_sub(self.dropped_seen) as u32);
         self.dropped_seen = dropped;
         let mut queues = std::mem::take(&mut self.queues);
+        let mut busiest = 0;
         for q in &mut queues {
             let mut taken = 0u64;
             while let Some(s) = q.take() {
@@ -486,6 +518,7 @@ impl SflowExporter {
             }
             q.release();
             q.counters.taken.fetch_add(taken, Relaxed);
+            busiest = busiest.max(taken as usize);
         }
         self.queues = queues;
         if let Some((s, ..)) = &self.current {
@@ -497,6 +530,7 @@ impl SflowExporter {
             }
         }
         self.send();
+        busiest
     }
 
     /// Append a sample, sending the datagram first when it is full.

@@ -704,7 +704,13 @@ impl SwitchWorker {
                 self.queue_sample(done);
             }
             if pick == Some(i as u32) {
-                sample = Some(Sample::of(in_port, p.data()));
+                if let Some(s) = &mut self.sampler {
+                    if s.room() {
+                        sample = Some(Sample::of(in_port, p.data()));
+                    } else {
+                        s.missed();
+                    }
+                }
                 picked_at += 1;
                 pick = picks.as_ref().and_then(|v| v.get(picked_at).copied());
             }
