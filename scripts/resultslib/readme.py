@@ -576,7 +576,57 @@ def t_fib_quotient(runs):
     )
 
 
+def t_flow_export(runs):
+    """Flow export's cost: `bench lb` (ipfix_*) and `bench switch --parts memory` (forward_sflow)."""
+    lb, sw = runs["lb"], runs["switch-memory"]
+    names = {"connections_1_in_1000": "connection records, 1 packet in 1000", "connections_every_packet": "connection records, every packet"}
+    traffic = {"ipfix_syn": "every packet a new connection (SYN)", "ipfix_non_syn": "established connections"}
+    rows = []
+    for case in ("ipfix_non_syn", "ipfix_syn"):
+        for x in sorted(lb.find(case), key=lambda x: (x["params"]["conns"], x["params"]["export"])):
+            p = x["params"]
+            rows.append(
+                [
+                    "balancer, IPFIX",
+                    traffic[case],
+                    size(p["conns"]) + " conns",
+                    names.get(p["export"], p["export"]),
+                    num(x["peer_value"]),
+                    num(x["value"]),
+                    ratio(x.get("ratio")),
+                    f"{p['events_dropped_share'] * 100:.0f} %",
+                ]
+            )
+    for x in sorted(sw.find("forward_sflow"), key=lambda x: (x["params"]["entries"], -x["params"]["sample_one_in"])):
+        p = x["params"]
+        q, d = p["samples_queued"], p["samples_dropped"]
+        rows.append(
+            [
+                "switch, sFlow",
+                "60-byte frames, uniform destinations",
+                size(p["entries"]) + " FIB",
+                "every frame" if p["sample_one_in"] == 1 else f"1 frame in {p['sample_one_in']}",
+                num(x["peer_value"]),
+                num(x["value"]),
+                ratio(x.get("ratio")),
+                f"{d / max(q + d, 1) * 100:.0f} % (all rates)",
+            ]
+        )
+    out = (
+        "One worker; export off against on in alternated rounds of the same worker and traffic, the exporter "
+        "thread on the other core sending to a socket nobody reads; Mpps; the last column is the share of "
+        "events (samples) the worker's queue could not take, dropped and counted:\n\n"
+    )
+    out += table(
+        ["application", "traffic", "table", "export", "off, Mpps", "on, Mpps", "ratio", "dropped"],
+        rows,
+        ["---", "---", "---:", "---", "---:", "---:", "---:", "---:"],
+    )
+    return out + "\n\n" + source(lb) + "\n\n" + source(sw)
+
+
 TABLES = {
+    "flow-export": t_flow_export,
     "fib-quotient": t_fib_quotient,
     "lb": t_lb,
     "live": t_live,
