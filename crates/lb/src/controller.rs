@@ -126,7 +126,12 @@ pub struct Balancer {
 /// disagree with one that restarted), the counter slots, and the BGP speaker's settings.
 pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), ControlError> {
     let (a, b) = (&old.balancer, &new.balancer);
-    let fixed: [(&str, bool); 11] = [
+    let queue = |c: &LbConfig| {
+        c.ipfix
+            .as_ref()
+            .map_or(fp_export::config::DEFAULT_QUEUE, |x| x.queue)
+    };
+    let fixed: [(&str, bool); 12] = [
         ("balancer.seed", a.seed != b.seed),
         ("balancer.seed_file", a.seed_file != b.seed_file),
         ("balancer.state_dir", a.state_dir != b.state_dir),
@@ -153,6 +158,8 @@ pub fn restart_only(old: &LbConfig, new: &LbConfig) -> Result<(), ControlError> 
             a.conn_cache_entries != b.conn_cache_entries,
         ),
         ("bgp", old.bgp != new.bgp),
+        // The workers' queues to the exporter are made at start.
+        ("ipfix.queue", queue(old) != queue(new)),
     ];
     match fixed.iter().find(|(_, changed)| *changed) {
         Some((field, _)) => Err(ControlError::RestartOnly { field }),

@@ -581,6 +581,9 @@ struct Session {
     templates: Vec<Template>,
     /// When the templates were last sent.
     refreshed: Option<Instant>,
+    /// Messages the socket took (all collectors), and the data records of the messages sent.
+    sent_messages: u64,
+    sent_records: u64,
 }
 
 impl Session {
@@ -620,9 +623,14 @@ impl Session {
             return;
         }
         let before = self.socket.sent();
+        let records = self.msg.records() as u64;
         let bytes = self.msg.finish(export_time_s());
         self.socket.send(bytes);
         let after = self.socket.sent();
+        self.sent_messages += after.messages - before.messages;
+        if after.messages > before.messages {
+            self.sent_records += records;
+        }
         stats
             .messages
             .fetch_add(after.messages - before.messages, Relaxed);
@@ -644,6 +652,8 @@ pub struct FlowExporter {
     stats: Arc<ExportStats>,
     rec: Record,
     process_id: u32,
+    /// Settings whose socket could not be opened (not tried again until they change).
+    failed: Option<IpfixSpec>,
 }
 
 /// Wall-clock ms of a `CLOCK_MONOTONIC` time, by the offset between the clocks.
@@ -677,6 +687,7 @@ impl FlowExporter {
             stats,
             rec: Record::new(),
             process_id: std::process::id(),
+            failed: None,
         }
     }
 
@@ -727,9 +738,10 @@ impl FlowExporter {
     fn follow_config(&mut self) {
         self.snap.refresh();
         let spec = self.snap.get().config.ipfix.clone();
-        if self.session.as_ref().map(|s| &s.spec) == spec.as_ref() {
+        if self.session.as_ref().map(|s| &s.spec) == spec.as_ref() || self.failed == spec {
             return;
         }
+        self.failed = None;
         if let Some(s) = &mut self.session {
             s.flush(&self.stats);
         }
@@ -740,9 +752,15 @@ impl FlowExporter {
                 socket,
                 spec,
                 refreshed: None,
+                sent_messages: 0,
+                sent_records: 0,
             }),
             Err(e) => {
-                fp_control::log(format_args!("warning: IPFIX export off: {e}"));
+                // Said once: the same settings are not tried again until a reload changes them.
+                fp_control::log(format_args!(
+                    "warning: IPFIX export off until the configuration changes: {e}"
+                ));
+                self.failed = Some(spec);
                 None
             }
         });
@@ -780,11 +798,12 @@ impl FlowExporter {
             .u32(s.spec.sample_one_in);
         s.push(st, SELECTOR, Some(r));
         let (_, dropped) = st.queues();
-        let records = st.created.load(Relaxed) + st.ended.load(Relaxed) + st.sampled.load(Relaxed);
+        // Per collector: the messages each was sent, the data records in the messages sent.
+        let collectors = s.spec.collectors.len().max(1) as u64;
         r.clear()
             .u32(self.process_id)
-            .u64(st.messages.load(Relaxed))
-            .u64(records)
+            .u64(s.sent_messages / collectors)
+            .u64(s.sent_records)
             .u64(dropped);
         s.push(st, STATISTICS, Some(r));
         st.options.fetch_add(2, Relaxed);
@@ -827,6 +846,11 @@ impl FlowExporter {
         let id = match e.event {
             Event::Created(why) => {
                 r.u64(at).u64(at).u8(1).u8(why as u8).u16(e.worker);
+                // A re-selection or a flow picked up keeps the connection's first start; a new
+                // connection (a SYN, also on the ports of an ended one) starts afresh.
+                if why == Why::New {
+                    self.starts.remove(&e.flow);
+                }
                 self.starts.insert(&e.flow, at);
                 st.created.fetch_add(1, Relaxed);
                 pick(CREATED4, CREATED6)
@@ -868,7 +892,7 @@ fn export_time_s() -> u32 {
 }
 
 /// The exporter's reasons an entry ended, re-exported for the workers.
-pub(crate) use end_reason::{IDLE_TIMEOUT, LACK_OF_RESOURCES};
+pub(crate) use end_reason::{END_OF_FLOW, IDLE_TIMEOUT, LACK_OF_RESOURCES};
 
 #[cfg(test)]
 mod tests {

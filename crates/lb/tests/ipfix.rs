@@ -365,3 +365,33 @@ fn one_packet_in_n_is_sampled_and_a_full_queue_drops_events_not_packets() {
     assert_eq!(h.stats.created.load(Relaxed), 64);
     assert_eq!(h.stats.queues(), (0, 936));
 }
+
+#[test]
+fn a_syn_on_the_ports_of_an_ended_connection_ends_it_and_starts_another() {
+    let mut h = Harness::new(config("127.0.0.1:9", "sample_one_in = 0"));
+    let e = client(7);
+    let first = h.send(&[craft::tcp(&e, true)], S);
+    h.send(&[craft::tcp(&e, false)], S + S / 10);
+    h.exporter.drain();
+    assert_eq!(
+        (h.stats.created.load(Relaxed), h.stats.ended.load(Relaxed)),
+        (1, 0)
+    );
+    // The client reuses its ports for a new connection: same backend, one record of each.
+    let again = h.send(&[craft::tcp(&e, true)], 2 * S);
+    assert_eq!(again, first);
+    h.exporter.drain();
+    assert_eq!(
+        (h.stats.created.load(Relaxed), h.stats.ended.load(Relaxed)),
+        (2, 1)
+    );
+    // Its end record carries the new start (the old connection's start was taken by its own end
+    // record): nothing ends without a start.
+    h.send(&[craft::tcp(&e, false)], 2 * S + S / 10);
+    for k in 0..40 {
+        h.worker.maintain(5 * S + k * S / 10, &mut h.pool);
+    }
+    h.exporter.drain();
+    assert_eq!(h.stats.ended.load(Relaxed), 2);
+    assert_eq!(h.stats.no_start.load(Relaxed), 0);
+}

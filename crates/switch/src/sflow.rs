@@ -41,6 +41,8 @@ pub enum Went {
     Flooded(u16),
     /// Dropped.
     Dropped,
+    /// To the switch itself (a BPDU for the spanning tree).
+    Internal,
 }
 
 /// One sampled frame, as a worker hands it over (fixed size, no allocation).
@@ -50,11 +52,13 @@ pub struct Sample {
     pub port: u16,
     /// Where it went.
     pub went: Went,
-    /// VLAN in and out (0: untagged, or a VLAN-unaware switch).
-    pub vlans: (u16, u16),
+    /// VLAN in and out (none in a VLAN-unaware switch).
+    pub vlans: Option<(u16, u16)>,
     /// Frames this worker's sampler of `port` saw since its previous sample (the sample pool's
     /// growth).
     pub pool: u32,
+    /// Samples of `port` this worker dropped since its previous sample (its queue was full).
+    pub drops: u32,
     /// Frame length.
     pub len: u16,
     /// Bytes of `header` in use.
@@ -64,7 +68,7 @@ pub struct Sample {
 }
 
 /// Words of a sample in the ring.
-const WORDS: usize = 2 + HEADER_BYTES / 8;
+const WORDS: usize = 3 + HEADER_BYTES / 8;
 
 impl Sample {
     /// The sample as ring words: port, where it went and VLANs; pool, length, header length;
@@ -74,38 +78,49 @@ impl Sample {
             Went::Port(p) => (1u64, p as u64),
             Went::Flooded(n) => (2, n as u64),
             Went::Dropped => (3, 0),
+            Went::Internal => (4, 0),
+        };
+        let (vlan, (vin, vout)) = match self.vlans {
+            Some(v) => (1u64, v),
+            None => (0, (0, 0)),
         };
         let mut w = [0u64; WORDS];
         w[0] = self.port as u64
             | kind << 16
-            | arg << 18
-            | (self.vlans.0 as u64 & 0xfff) << 34
-            | (self.vlans.1 as u64 & 0xfff) << 46;
+            | arg << 19
+            | (vin as u64 & 0xfff) << 35
+            | (vout as u64 & 0xfff) << 47
+            | vlan << 59;
         w[1] = self.pool as u64 | (self.len as u64) << 32 | (self.header_len as u64) << 48;
+        w[2] = self.drops as u64;
         for (i, c) in self.header.chunks_exact(8).enumerate() {
-            w[2 + i] = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            w[3 + i] = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
         w
     }
 
     /// [`Sample::encode`] back; `None` for words no sample makes.
     fn decode(w: &[u64; WORDS]) -> Option<Sample> {
-        let arg = ((w[0] >> 18) & 0xffff) as u16;
-        let went = match (w[0] >> 16) & 3 {
+        let arg = ((w[0] >> 19) & 0xffff) as u16;
+        let went = match (w[0] >> 16) & 7 {
             1 => Went::Port(arg),
             2 => Went::Flooded(arg),
             3 => Went::Dropped,
+            4 => Went::Internal,
             _ => return None,
         };
         let mut header = [0u8; HEADER_BYTES];
         for (i, c) in header.chunks_exact_mut(8).enumerate() {
-            c.copy_from_slice(&w[2 + i].to_le_bytes());
+            c.copy_from_slice(&w[3 + i].to_le_bytes());
         }
+        let vlans = (w[0] >> 59 & 1 == 1)
+            .then(|| (((w[0] >> 35) & 0xfff) as u16, ((w[0] >> 47) & 0xfff) as u16));
         Some(Sample {
             port: w[0] as u16,
             went,
-            vlans: (((w[0] >> 34) & 0xfff) as u16, ((w[0] >> 46) & 0xfff) as u16),
+            vlans,
             pool: w[1] as u32,
+            drops: w[2] as u32,
             len: (w[1] >> 32) as u16,
             header_len: ((w[1] >> 48) as u8).min(HEADER_BYTES as u8),
             header,
@@ -119,8 +134,9 @@ impl Sample {
         let mut s = Sample {
             port,
             went: Went::Dropped,
-            vlans: (0, 0),
+            vlans: None,
             pool: 0,
+            drops: 0,
             len: frame.len().min(u16::MAX as usize) as u16,
             header_len: n as u8,
             header: [0; HEADER_BYTES],
@@ -144,6 +160,8 @@ pub struct Sampler {
     rate: u32,
     skip: Vec<u32>,
     seen: Vec<u32>,
+    /// Per port: samples dropped since the port's last sample went out.
+    lost: Vec<u32>,
     rng: u64,
     /// Indexes (in the frames held) of the frames picked in the current bursts.
     picked: Vec<u32>,
@@ -207,6 +225,7 @@ pub fn sampler(worker: usize, ports: usize, queue: usize, rate: Rate) -> (Sample
         rate: 0,
         skip: vec![0; ports],
         seen: vec![0; ports],
+        lost: vec![0; ports],
         rng: 0x2545_F491_4F6C_DD1D ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         picked: Vec::with_capacity(64),
     };
@@ -257,7 +276,9 @@ impl Sampler {
         // A full queue takes none of this burst's samples: counted as dropped here, so that a
         // saturated exporter costs the frames nothing more.
         if self.picked.len() > before && !self.ring.has_room() {
-            self.dropped += (self.picked.len() - before) as u64;
+            let n = self.picked.len() - before;
+            self.dropped += n as u64;
+            self.lost[p] = self.lost[p].wrapping_add(n as u32);
             self.picked.truncate(before);
         }
     }
@@ -292,8 +313,11 @@ impl Sampler {
     /// A picked frame not sampled for lack of room: counted as dropped (its port's frames stay
     /// in the pool of its next sample).
     #[cold]
-    pub fn missed(&mut self) {
+    pub fn missed(&mut self, port: u16) {
         self.dropped += 1;
+        if let Some(l) = self.lost.get_mut(port as usize) {
+            *l = l.wrapping_add(1);
+        }
     }
 
     /// Queue a sample (its pool: the frames its port's sampler saw since the last one); the
@@ -302,12 +326,15 @@ impl Sampler {
     pub fn send(&mut self, mut s: Sample) {
         let p = s.port as usize;
         s.pool = self.seen.get_mut(p).map_or(0, std::mem::take);
+        s.drops = self.lost.get_mut(p).map_or(0, std::mem::take);
         if self.ring.push(&s.encode()) {
             self.queued += 1;
         } else {
-            // The frames it stood for stay in the pool of the next sample.
-            if let Some(seen) = self.seen.get_mut(p) {
+            // The frames it stood for stay in the pool of the next sample, and it counts among
+            // the next one's drops.
+            if let (Some(seen), Some(lost)) = (self.seen.get_mut(p), self.lost.get_mut(p)) {
                 *seen = seen.wrapping_add(s.pool);
+                *lost = lost.wrapping_add(s.drops).wrapping_add(1);
             }
             self.dropped += 1;
         }
@@ -417,11 +444,8 @@ pub struct SflowExporter {
     stats: Arc<SflowStats>,
     started: Instant,
     counters_sent: Option<Instant>,
-    /// Samples dropped by the workers, as last read, and those not yet reported in a sample's
-    /// `drops` (the next sample sent, whatever its port, carries them: the workers count drops
-    /// per worker, not per port).
-    dropped_seen: u64,
-    unreported: u32,
+    /// Settings whose socket could not be opened (not tried again until they change).
+    failed: Option<SflowSpec>,
 }
 
 impl SflowExporter {
@@ -445,8 +469,7 @@ impl SflowExporter {
             stats,
             started: Instant::now(),
             counters_sent: None,
-            dropped_seen: 0,
-            unreported: 0,
+            failed: None,
         }
     }
 
@@ -478,21 +501,38 @@ impl SflowExporter {
     /// Follow the settings: a change opens a new socket; none stops the export.
     fn follow(&mut self) {
         let spec = self.spec.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if self.current.as_ref().map(|c| &c.0) == spec.as_ref() {
+        if self.current.as_ref().map(|c| &c.0) == spec.as_ref() || self.failed == spec {
             return;
         }
+        self.failed = None;
         self.send();
+        let old = self.current.take();
         self.current = spec.and_then(|s| match Exporter::new(&s.collectors) {
             Ok(e) => {
                 let agent = Agent {
                     address: s.agent,
                     sub_agent_id: s.sub_agent_id,
                 };
-                let b = DatagramBuilder::new(agent, s.max_datagram_bytes);
+                // The same agent keeps its datagram sequence numbers across a reload (a
+                // collector reads a sequence going back as the agent restarting).
+                let b = match old {
+                    Some((o, _, b))
+                        if o.agent == s.agent
+                            && o.sub_agent_id == s.sub_agent_id
+                            && o.max_datagram_bytes == s.max_datagram_bytes =>
+                    {
+                        b
+                    }
+                    _ => DatagramBuilder::new(agent, s.max_datagram_bytes),
+                };
                 Some((s, e, b))
             }
             Err(e) => {
-                fp_control::log(format_args!("warning: sFlow export off: {e}"));
+                // Said once: the same settings are not tried again until a reload changes them.
+                fp_control::log(format_args!(
+                    "warning: sFlow export off until the configuration changes: {e}"
+                ));
+                self.failed = Some(s);
                 None
             }
         });
@@ -503,11 +543,6 @@ impl SflowExporter {
     /// taken from one queue.
     pub fn drain(&mut self) -> usize {
         self.follow();
-        let (_, dropped) = self.stats.queues();
-        self.unreported = self
-            .unreported
-            .wrapping_add(dropped.saturating_sub(self.dropped_seen) as u32);
-        self.dropped_seen = dropped;
         let mut queues = std::mem::take(&mut self.queues);
         let mut busiest = 0;
         for q in &mut queues {
@@ -584,11 +619,13 @@ impl SflowExporter {
         };
         src.flow_seq = src.flow_seq.wrapping_add(1);
         src.pool = src.pool.wrapping_add(s.pool);
-        src.drops = src.drops.wrapping_add(std::mem::take(&mut self.unreported));
+        src.drops = src.drops.wrapping_add(s.drops);
         let output = match s.went {
             Went::Port(q) => Output::Port(self.ports.get(q as usize).map_or(0, |i| i.ifindex)),
             Went::Flooded(n) => Output::Multiple(n as u32),
             Went::Dropped => Output::Dropped,
+            // The specification's "internal" interface (the agent itself).
+            Went::Internal => Output::Port(0x3FFF_FFFF),
         };
         let f = FlowSample {
             sequence: src.flow_seq,
@@ -600,7 +637,7 @@ impl SflowExporter {
             output,
             frame_length: s.len as u32,
             header: &s.header[..s.header_len as usize],
-            vlans: Some(s.vlans),
+            vlans: s.vlans,
         };
         self.push(|b| b.push_flow(&f));
         self.stats.flow_samples.fetch_add(1, Relaxed);
@@ -678,5 +715,41 @@ impl Kernel {
             speed_bps: num("speed") * 1_000_000,
             up: num("carrier") == 1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_cross_the_ring_unchanged() {
+        let rate: Rate = Arc::new(AtomicU32::new(0));
+        let (mut s, mut q) = sampler(0, 4, 8, rate);
+        let frame: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+        let mut a = Sample::of(3, &frame);
+        a.went = Went::Flooded(7);
+        a.vlans = Some((4094, 4094));
+        let mut b = Sample::of(1, &frame[..61]);
+        b.went = Went::Internal;
+        s.seen[3] = 1000;
+        s.lost[3] = 2;
+        s.send(a);
+        s.send(b);
+        s.publish();
+        let x = q.take().expect("first");
+        assert_eq!(
+            (x.port, x.went, x.vlans),
+            (3, Went::Flooded(7), Some((4094, 4094)))
+        );
+        assert_eq!((x.pool, x.drops, x.len, x.header_len), (1000, 2, 200, 128));
+        assert_eq!(&x.header[..], &frame[..128]);
+        let y = q.take().expect("second");
+        assert_eq!(
+            (y.port, y.went, y.vlans, y.len),
+            (1, Went::Internal, None, 61)
+        );
+        assert_eq!(&y.header[..61], &frame[..61]);
+        assert!(q.take().is_none());
     }
 }

@@ -708,7 +708,7 @@ impl SwitchWorker {
                     if s.room() {
                         sample = Some(Sample::of(in_port, p.data()));
                     } else {
-                        s.missed();
+                        s.missed(in_port);
                     }
                 }
                 picked_at += 1;
@@ -721,6 +721,9 @@ impl SwitchWorker {
             }
             // Spanning tree: BPDUs go to the control side, whatever the port's state or VLANs.
             if stp.is_some() && d & fp_cuckoo::COMPACT_MAX_KEY == BPDU_KEY {
+                if let Some(smp) = &mut sample {
+                    smp.went = Went::Internal;
+                }
                 self.to_control(in_port, p.data());
                 pool.put(p);
                 continue;
@@ -739,8 +742,9 @@ impl SwitchWorker {
                 }
                 Some(_) => (vl[i] & 0xfff, vl[i] & TAGGED != 0),
             };
-            if let Some(smp) = &mut sample {
-                smp.vlans = (vid, vid);
+            // The switch does not translate VLANs: a frame leaves in the VLAN it came in.
+            if let (Some(smp), Some(_)) = (&mut sample, plan) {
+                smp.vlans = Some((vid, vid));
             }
             if is_group(s) {
                 self.stats.bad_source.inc();
@@ -848,7 +852,7 @@ impl SwitchWorker {
                     self.stats.flooded.inc();
                     self.flooded[in_port as usize].inc();
                     if let Some(smp) = &mut sample {
-                        smp.went = Went::Flooded(self.flood_width(ports_plan, in_port, vid));
+                        smp.went = self.flood_width(ports_plan, in_port, vid);
                     }
                     match plan {
                         None if stp.is_some() => {
@@ -899,16 +903,19 @@ impl SwitchWorker {
 
     /// The ports a frame of VLAN `vid` from `in_port` is flooded to (for sFlow's output field).
     #[cold]
-    fn flood_width(&self, plan: Option<&PortPlan>, in_port: u16, vid: u16) -> u16 {
-        let all = || (0..self.ports).filter(|&q| q != in_port);
-        match plan {
-            Some(pp) if pp.aware() => pp
-                .ports_of(vid)
-                .iter()
-                .filter(|&&q| q != in_port && pp.forwards(q))
-                .count() as u16,
-            Some(pp) => all().filter(|&q| pp.forwards(q)).count() as u16,
-            None => all().count() as u16,
+    fn flood_width(&self, plan: Option<&PortPlan>, in_port: u16, vid: u16) -> Went {
+        let all = &ALL_PORTS[..(self.ports as usize).min(ALL_PORTS.len())];
+        let members = match plan {
+            Some(pp) if pp.aware() => pp.ports_of(vid),
+            _ => all,
+        };
+        let mut targets = members
+            .iter()
+            .filter(|&&q| q != in_port && plan.is_none_or(|pp| pp.forwards(q)));
+        match (targets.next(), targets.count()) {
+            (None, _) => Went::Dropped,
+            (Some(&q), 0) => Went::Port(q),
+            (Some(_), more) => Went::Flooded(1 + more as u16),
         }
     }
 
@@ -1419,7 +1426,7 @@ mod tests {
         }
         let frames = (10_000 / 32 + 1) * 32;
         let samples: Vec<crate::sflow::Sample> = std::iter::from_fn(|| rx.take()).collect();
-        // The first frame (flooded: b unknown) may or may not be sampled.
+        // Frames to b (learnt on port 2) from port 0.
         let on0: Vec<_> = samples.iter().filter(|s| s.port == 0).collect();
         // One in 10 on average: within 5 standard deviations of a skip count's spread.
         let n = on0.len() as f64;
@@ -1436,6 +1443,15 @@ mod tests {
         assert_eq!(
             counters.queued.load(std::sync::atomic::Ordering::Relaxed),
             samples.len() as u64
+        );
+        // Every frame: one to an unknown MAC is flooded to the two other ports.
+        rate.store(1, std::sync::atomic::Ordering::Relaxed);
+        sw.send(0, frame(MacAddr([2, 0, 0, 0, 0, 9]), a), 19_000);
+        let flooded: Vec<_> = std::iter::from_fn(|| rx.take()).collect();
+        assert_eq!(flooded.len(), 1);
+        assert_eq!(
+            (flooded[0].went, flooded[0].vlans),
+            (Went::Flooded(2), None)
         );
         // Rate 0: no more samples.
         rate.store(0, std::sync::atomic::Ordering::Relaxed);

@@ -99,7 +99,7 @@ pub(super) fn classify(
             match q.backend(payload) {
                 Ok(b) if snap.vips[vip as usize].serves(b) => {
                     stats.count(Outcome::QuicRouted, 1);
-                    out.sample(&p, &key, b, crate::export::Why::ConnectionId);
+                    out.sample(l3_of(s), &key, b, crate::export::Why::ConnectionId);
                     out.packet(p, l3_of(s), vip, b, &key);
                     return;
                 }

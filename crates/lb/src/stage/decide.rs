@@ -10,7 +10,7 @@ use super::emit::Emitter;
 use super::guard::Guard;
 use super::sweep::ended;
 use super::{Pending, Scratch, Tables, TraceRecord, Tracer};
-use crate::export::{Event, Why, LACK_OF_RESOURCES};
+use crate::export::{Event, Why, END_OF_FLOW, LACK_OF_RESOURCES};
 use crate::frag::Decision;
 use crate::stats::Outcome;
 use fp_cuckoo::Placed;
@@ -116,6 +116,13 @@ pub(super) fn decide(
             stats.count(Outcome::ConnHit, 1);
             if syn && !is_embryonic(v) {
                 stats.count(Outcome::SynReused, 1);
+                // A new connection on the ports of an ended one, which keeps its backend: for the
+                // flow export, the one ended and another began.
+                if let Some(t) = out.export.as_deref_mut().filter(|t| t.connections()) {
+                    let a = snap.backend(entry_backend(v)).map(|b| b.address);
+                    ended(t, snap, key, v, d.now_ns, END_OF_FLOW);
+                    t.send(Event::Created(Why::New), key, a, d.now_ns);
+                }
             }
             // A later packet of the flow confirms an embryonic entry; the last-seen time is
             // rewritten at most every TOUCH_MS.
@@ -201,10 +208,11 @@ pub(super) fn decide(
                 None
             };
             // Why this backend, for the flow export.
+            // (A SYN opens a new connection, also over an entry it replaces.)
             let mut why = match (&second, other) {
                 (Some(_), _) => Why::SecondChance,
-                (None, Some(_)) => Why::Reselected,
-                (None, None) => Why::New,
+                (None, Some(_)) if !syn => Why::Reselected,
+                (None, _) => Why::New,
             };
             if let Some(b) = bypass {
                 stats.count(b, 1);
@@ -266,6 +274,11 @@ pub(super) fn decide(
                     .as_deref_mut()
                     .filter(|t| assigned && t.connections())
                 {
+                    // A SYN that replaced a confirmed entry (its backend draining or gone): the
+                    // connection on those ports before it ended.
+                    if let Some(old) = other.filter(|&o| syn && !is_embryonic(o)) {
+                        ended(t, snap, key, old, d.now_ns, END_OF_FLOW);
+                    }
                     let a = snap.backend(b).map(|b| b.address);
                     t.send(Event::Created(why), key, a, d.now_ns);
                 }
@@ -282,7 +295,7 @@ pub(super) fn decide(
             (b, label, Some(mslot), second.map(|(_, a)| a), why)
         }
     };
-    out.sample(&pkt, &key, backend, why);
+    out.sample(l3, &key, backend, why);
     if let Some(t) = d.tracer.as_deref_mut() {
         if t.wants(pkt.data(), &key, d.now_ns) {
             stats.count(Outcome::Traced, 1);

@@ -39,14 +39,16 @@ pub(super) struct Emitter<'a> {
 }
 
 impl Emitter<'_> {
-    /// Flow export: a record of the packet `p` of `key` when the sampler picks it (call once per
-    /// packet matched to a VIP and forwarded), sent to `backend` for `why`.
+    /// Flow export: a record of the packet of `key` whose IP packet lies at `l3` in its frame,
+    /// when the sampler picks it (call once per packet matched to a VIP and given a backend),
+    /// sent to `backend` for `why`.
     #[inline(always)]
-    pub(super) fn sample(&mut self, p: &Packet, key: &FlowKey, backend: u32, why: Why) {
+    pub(super) fn sample(&mut self, l3: (u16, u16), key: &FlowKey, backend: u32, why: Why) {
         if let Some(t) = self.export.as_deref_mut() {
             if t.sample_this() {
                 let b = self.snap.backend(backend).map(|b| b.address);
-                let len = p.len().min(u16::MAX as usize) as u16;
+                // `octetDeltaCount` counts the IP packet (header and payload).
+                let len = l3.1.saturating_sub(l3.0);
                 t.send(Event::Sampled(why, len), *key, b, self.now_ns);
             }
         }
