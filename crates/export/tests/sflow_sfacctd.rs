@@ -17,6 +17,7 @@ use fp_export::sflow::{
     IF_DIRECTION_FULL_DUPLEX, IF_STATUS_ADMIN_UP, IF_STATUS_OPER_UP, IF_TYPE_ETHERNET_CSMACD,
     MAX_HEADER,
 };
+use fp_testnet::collectors::json_field as field;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::os::unix::process::CommandExt;
@@ -272,20 +273,6 @@ impl Drop for Sfacctd {
 fn free_port() -> u16 {
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
     s.local_addr().unwrap().port()
-}
-
-/// The value of `key` in a flat JSON object on one line, unquoted; crude but enough for the
-/// print plugin's and the counter log's output.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = line[at..].trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        s.split('"').next()
-    } else {
-        let end = rest.find([',', '}']).unwrap_or(rest.len());
-        Some(rest[..end].trim())
-    }
 }
 
 /// Lines of `path` once it holds `want(lines)`, or after the deadline.

@@ -94,30 +94,7 @@ const FIELDS: [(&str, &str); 10] = [
 type Rec = HashMap<&'static str, String>;
 
 fn nfdump(dir: &Path) -> Result<Vec<Rec>> {
-    let fmt: Vec<&str> = FIELDS.iter().map(|(t, _)| *t).collect();
-    let out = std::process::Command::new("nfdump")
-        .arg("-R")
-        .arg(dir)
-        .args(["-q", "-N", "-o"])
-        .arg(format!("fmt:{}", fmt.join("|")))
-        .output()
-        .context("nfdump")?;
-    ensure!(
-        out.status.success(),
-        "nfdump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains('|'))
-        .map(|l| {
-            FIELDS
-                .iter()
-                .zip(l.split('|'))
-                .map(|((_, n), v)| (*n, v.trim().to_string()))
-                .collect()
-        })
-        .collect())
+    Ok(fp_testnet::collectors::nfdump_records(dir, &FIELDS)?)
 }
 
 fn run_driver(driver: &str) {

@@ -20,6 +20,7 @@
 mod common;
 
 use anyhow::{ensure, Context, Result};
+use fp_testnet::collectors::json_field as field;
 use fp_testnet::{Netns, Proc, TestNet};
 use std::time::{Duration, Instant};
 
@@ -51,19 +52,6 @@ sample_one_in = {ONE_IN}
 counters_interval_s = 1
 "#
     )
-}
-
-/// The value of `key` in a flat one-line JSON object, unquoted.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = line[at..].trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        s.split('"').next()
-    } else {
-        let end = rest.find([',', '}']).unwrap_or(rest.len());
-        Some(rest[..end].trim())
-    }
 }
 
 fn json_lines(path: &std::path::Path) -> Vec<String> {

@@ -176,7 +176,7 @@ impl Nfcapd {
 
     /// Stop nfcapd (it writes its file out) and read every record back with nfdump, one map of
     /// field name to value per record.
-    fn records(mut self) -> Vec<HashMap<String, String>> {
+    fn records(mut self) -> Vec<HashMap<&'static str, String>> {
         // Let the last datagrams reach it.
         std::thread::sleep(Duration::from_millis(300));
         if let Some(mut c) = self.child.take() {
@@ -218,32 +218,12 @@ const FIELDS: [(&str, &str); 11] = [
 ];
 
 /// Every record nfdump reads from `dir`, as name → value maps (see [`FIELDS`]).
-fn nfdump(dir: &Path) -> Vec<HashMap<String, String>> {
-    let fmt: Vec<&str> = FIELDS.iter().map(|(t, _)| *t).collect();
-    let out = Command::new("nfdump")
-        .arg("-R")
-        .arg(dir)
-        .args(["-q", "-N", "-o"])
-        .arg(format!("fmt:{}", fmt.join("|")))
-        .output()
-        .expect("nfdump");
-    assert!(
-        out.status.success(),
-        "nfdump failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    eprintln!("{text}");
-    text.lines()
-        .filter(|l| l.contains('|'))
-        .map(|l| {
-            FIELDS
-                .iter()
-                .zip(l.split('|'))
-                .map(|((_, n), v)| (n.to_string(), v.trim().to_string()))
-                .collect()
-        })
-        .collect()
+fn nfdump(dir: &Path) -> Vec<HashMap<&'static str, String>> {
+    let recs = fp_testnet::collectors::nfdump_records(dir, &FIELDS).expect("nfdump");
+    for r in &recs {
+        eprintln!("{r:?}");
+    }
+    recs
 }
 
 fn client(i: u16) -> Endpoints {
@@ -295,7 +275,7 @@ fn nfdump_reads_one_created_and_one_ended_record_per_connection() {
     assert_eq!(h.stats.no_start.load(Relaxed), 0);
 
     let recs = nf.records();
-    let mut seen: HashMap<(IpAddr, u16), Vec<&HashMap<String, String>>> = HashMap::new();
+    let mut seen: HashMap<(IpAddr, u16), Vec<&HashMap<&str, String>>> = HashMap::new();
     for r in &recs {
         let src: IpAddr = r["sa"].parse().unwrap();
         let sport: u16 = r["sp"].parse().unwrap();

@@ -109,6 +109,7 @@
 
 mod apps;
 mod cmd;
+pub mod collectors;
 mod netns;
 pub mod sweep;
 mod sys;
