@@ -77,24 +77,13 @@ fn start_nfcapd(ns: &Netns, dir: &Path) -> Result<Proc> {
     Ok(p)
 }
 
-/// nfdump's fields read back, and the names used below.
-const FIELDS: [(&str, &str); 10] = [
-    ("%ts", "start"),
-    ("%te", "end"),
-    ("%sa", "sa"),
-    ("%sp", "sp"),
-    ("%da", "da"),
-    ("%dp", "dp"),
-    ("%pr", "pr"),
-    ("%nh", "nh"),
-    ("%pkt", "pkt"),
-    ("%end", "reason"),
-];
-
 type Rec = HashMap<&'static str, String>;
 
 fn nfdump(dir: &Path) -> Result<Vec<Rec>> {
-    Ok(fp_testnet::collectors::nfdump_records(dir, &FIELDS)?)
+    Ok(fp_testnet::collectors::nfdump_records(
+        dir,
+        &fp_testnet::collectors::FLOW_FIELDS,
+    )?)
 }
 
 fn run_driver(driver: &str) {

@@ -202,24 +202,10 @@ fn terminate(pid: u32) {
     let _ = Command::new("kill").arg(pid.to_string()).status();
 }
 
-/// The fields read back: nfdump's format tokens and the names the tests use.
-const FIELDS: [(&str, &str); 11] = [
-    ("%ts", "start"),
-    ("%te", "end"),
-    ("%sa", "sa"),
-    ("%sp", "sp"),
-    ("%da", "da"),
-    ("%dp", "dp"),
-    ("%pr", "pr"),
-    ("%nh", "nh"),
-    ("%pkt", "ipkt"),
-    ("%byt", "ibyt"),
-    ("%end", "reason"),
-];
-
-/// Every record nfdump reads from `dir`, as name → value maps (see [`FIELDS`]).
+/// Every record nfdump reads from `dir`, as name → value maps.
 fn nfdump(dir: &Path) -> Vec<HashMap<&'static str, String>> {
-    let recs = fp_testnet::collectors::nfdump_records(dir, &FIELDS).expect("nfdump");
+    let recs = fp_testnet::collectors::nfdump_records(dir, &fp_testnet::collectors::FLOW_FIELDS)
+        .expect("nfdump");
     for r in &recs {
         eprintln!("{r:?}");
     }
@@ -331,7 +317,7 @@ fn one_packet_in_n_is_sampled_and_a_full_queue_drops_events_not_packets() {
         .all(|b| b.to_string().starts_with("10.0.1.")));
     for r in &recs {
         assert_eq!(r["da"], "203.0.113.10");
-        assert_eq!(r["ipkt"], "1");
+        assert_eq!(r["pkt"], "1");
     }
 
     // A queue of 64 events and 1000 new connections before the exporter drains: 64 queued,

@@ -4,8 +4,26 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+/// The fields of a flow record the flow-export tests read (nfdump format token, name): start and
+/// end, source and destination address and port, protocol (a number), next hop, packets, bytes,
+/// end reason (0 when the record carries none).
+pub const FLOW_FIELDS: [(&str, &str); 11] = [
+    ("%ts", "start"),
+    ("%te", "end"),
+    ("%sa", "sa"),
+    ("%sp", "sp"),
+    ("%da", "da"),
+    ("%dp", "dp"),
+    ("%pr", "pr"),
+    ("%nh", "nh"),
+    ("%pkt", "pkt"),
+    ("%byt", "byt"),
+    ("%end", "reason"),
+];
+
 /// Every record `nfdump` reads from the `nfcapd` directory `dir`, printed with the format tokens
-/// of `fields` (token, name): one map of name to value per record.
+/// of `fields` (token, name; [`FLOW_FIELDS`] for flowplane's records): one map of name to value
+/// per record.
 pub fn nfdump_records(
     dir: &Path,
     fields: &[(&str, &'static str)],
