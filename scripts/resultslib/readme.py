@@ -579,18 +579,25 @@ def t_fib_quotient(runs):
 def t_flow_export(runs):
     """Flow export's cost: `bench lb` (ipfix_*) and `bench switch --parts memory` (forward_sflow)."""
     lb, sw = runs["lb"], runs["switch-memory"]
-    names = {"connections_1_in_1000": "connection records, 1 packet in 1000", "connections_every_packet": "connection records, every packet"}
+    names = {
+        "connections_1_in_1000": "connection records, 1 packet in 1000",
+        "connections_every_packet": "connection records, every packet",
+        "connections_1_in_1000_no_rate_limit": "connection records, 1 packet in 1000, no rate limit",
+    }
     traffic = {"ipfix_syn": "every packet a new connection (SYN)", "ipfix_non_syn": "established connections"}
     rows = []
     for case in ("ipfix_non_syn", "ipfix_syn"):
         for x in sorted(lb.find(case), key=lambda x: (x["params"]["conns"], x["params"]["export"])):
             p = x["params"]
+            export = names.get(p["export"], p["export"])
+            if p.get("max_records_per_second"):
+                export += f", at most {p['max_records_per_second']:,} records/s"
             rows.append(
                 [
                     "balancer, IPFIX",
                     traffic[case],
                     size(p["conns"]) + " conns",
-                    names.get(p["export"], p["export"]),
+                    export,
                     num(x["peer_value"]),
                     num(x["value"]),
                     ratio(x.get("ratio")),

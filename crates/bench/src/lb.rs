@@ -645,7 +645,7 @@ fn export_syns(rounds: usize, per_round: usize) -> usize {
 }
 
 /// The variants of [`export_cases`]: name, `[ipfix]` (none: export off).
-const EXPORT_VARIANTS: [(&str, Option<&str>); 3] = [
+const EXPORT_VARIANTS: [(&str, Option<&str>); 4] = [
     (
         "connections_1_in_1000",
         Some("connections = true\nsample_one_in = 1000"),
@@ -654,12 +654,17 @@ const EXPORT_VARIANTS: [(&str, Option<&str>); 3] = [
         "connections_every_packet",
         Some("connections = true\nsample_one_in = 1"),
     ),
+    (
+        "connections_1_in_1000_no_rate_limit",
+        Some("connections = true\nsample_one_in = 1000\nmax_records_per_second = 0"),
+    ),
     ("off", None),
 ];
 
 /// IPFIX export's cost (`[ipfix]`): the same worker with export off, with connection records and
-/// one packet in 1000 sampled (the default), and with connection records and every packet
-/// sampled, in alternated rounds; the variant is switched by publishing a snapshot of its
+/// one packet in 1000 sampled (the default), with connection records and every packet sampled
+/// (both at the default `max_records_per_second`), and with the default sampling and no rate
+/// limit, in alternated rounds; the variant is switched by publishing a snapshot of its
 /// configuration, as a reload does. The exporter thread runs on the other core, draining the
 /// worker's queue every 20 ms and sending to a UDP socket on loopback that nobody reads (the
 /// worker's cost is what is measured; what its queue could not take is dropped and counted, as in
@@ -747,10 +752,16 @@ fn export_cases(
                 t[v].1 += counters.dropped.load(Relaxed) - d0;
                 Ok(1.0 / ns)
             };
-            let v = contest(rounds, &[&|| run(0), &|| run(1), &|| run(2)])?;
-            let off_ns = 1.0 / v[2];
+            let v = contest(rounds, &[&|| run(0), &|| run(1), &|| run(2), &|| run(3)])?;
+            let off = EXPORT_VARIANTS.len() - 1;
+            let off_ns = 1.0 / v[off];
             let t = tally.borrow();
-            for (i, (name, _)) in EXPORT_VARIANTS[..2].iter().enumerate() {
+            for (i, (name, _)) in EXPORT_VARIANTS[..off].iter().enumerate() {
+                let rate = published[i]
+                    .config
+                    .ipfix
+                    .as_ref()
+                    .map_or(0, |s| s.max_records_per_second);
                 let ns = 1.0 / v[i];
                 let (queued, dropped) = t[i];
                 let events = queued + dropped;
@@ -765,6 +776,7 @@ fn export_cases(
                             (dropped as f64 / events.max(1) as f64 * 1000.0).round() / 1000.0,
                         )
                         .param("queue", queue as u64)
+                        .param("max_records_per_second", rate as u64)
                         .param(
                             "connection_starts",
                             fp_export::config::DEFAULT_CONNECTION_STARTS as u64,
@@ -779,7 +791,7 @@ fn export_cases(
         }
         Ok(())
     })();
-    snaps.publish(published[2].clone());
+    snaps.publish(published[EXPORT_VARIANTS.len() - 1].clone());
     stop.store(true, Relaxed);
     let _ = thread.join();
     result

@@ -48,6 +48,10 @@ pub const DEFAULT_QUEUE: usize = 16_384;
 pub const DEFAULT_MESSAGE_BYTES: usize = 1400;
 /// Default slots of the balancer exporter's table of connection start times (2 MiB).
 pub const DEFAULT_CONNECTION_STARTS: usize = 1 << 18;
+/// Default `ipfix.max_records_per_second`: connection and packet records the balancer's exporter
+/// takes from the workers' queues per second (see docs/operations.md for the measurement behind
+/// it).
+pub const DEFAULT_MAX_RECORDS_PER_SECOND: u32 = 100_000;
 /// Default template refresh over UDP (RFC 7011 §8.4 leaves it to configuration).
 pub const DEFAULT_TEMPLATE_REFRESH_S: u32 = 60;
 /// The Private Enterprise Number RFC 5612 sets aside for documentation: flowplane's own
@@ -67,6 +71,7 @@ pub struct RawIpfix {
     max_message_bytes: Option<usize>,
     enterprise_number: Option<u32>,
     connection_starts: Option<usize>,
+    max_records_per_second: Option<u64>,
 }
 
 /// Validated `[ipfix]`.
@@ -91,6 +96,9 @@ pub struct IpfixSpec {
     /// Slots of the exporter's table of connection start times (a power of two, 8 bytes each;
     /// 0: end records carry no start time).
     pub connection_starts: usize,
+    /// Connection and packet records taken from the workers' queues per second (0: no limit);
+    /// what the limit leaves in the queues makes them full, and the workers drop (counted).
+    pub max_records_per_second: u32,
 }
 
 /// `[sflow]` as written.
@@ -218,7 +226,17 @@ impl RawIpfix {
                 format!("{starts} is more than 67108864"),
             ));
         }
+        let rate = self
+            .max_records_per_second
+            .unwrap_or(DEFAULT_MAX_RECORDS_PER_SECOND as u64);
+        if rate > u32::MAX as u64 {
+            return Err(fail(
+                "ipfix.max_records_per_second",
+                format!("{rate} is more than {}", u32::MAX),
+            ));
+        }
         Ok(IpfixSpec {
+            max_records_per_second: rate as u32,
             connection_starts: if starts == 0 {
                 0
             } else {
@@ -289,6 +307,7 @@ mod tests {
         assert!(s.connections);
         assert_eq!(s.sample_one_in, DEFAULT_SAMPLE_ONE_IN);
         assert_eq!(s.enterprise_number, DOCUMENTATION_PEN);
+        assert_eq!(s.max_records_per_second, DEFAULT_MAX_RECORDS_PER_SECOND);
     }
 
     #[test]
@@ -304,6 +323,9 @@ mod tests {
         assert_eq!(e.field, "ipfix.collectors[0]");
         let e = ipfix("[ipfix]\ncollectors = [\"192.0.2.1\"]\nqueue = 1").unwrap_err();
         assert_eq!(e.field, "ipfix.queue");
+        let e = ipfix("[ipfix]\ncollectors = [\"192.0.2.1\"]\nmax_records_per_second = 5000000000")
+            .unwrap_err();
+        assert_eq!(e.field, "ipfix.max_records_per_second");
     }
 
     #[test]

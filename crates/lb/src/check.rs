@@ -124,7 +124,7 @@ fn describe(
         let _ = writeln!(
             s,
             "  ipfix: to {} (observation domain {}): connection records {}, {}; templates every \
-             {} s; {} events queued per worker at most",
+             {} s; {} events queued per worker at most; {}",
             to.join(", "),
             x.observation_domain,
             if x.connections { "on" } else { "off" },
@@ -133,7 +133,11 @@ fn describe(
                 n => format!("one packet in {n} sampled"),
             },
             x.template_refresh_s,
-            x.queue
+            x.queue,
+            match x.max_records_per_second {
+                0 => "no rate limit".to_string(),
+                n => format!("at most {n} records/s"),
+            }
         );
     }
     let _ = writeln!(

@@ -26,9 +26,12 @@
 //!
 //! The workers never wait for the export. Each has a bounded queue of fixed-size [`FlowEvent`]s
 //! ([`Tap`]); an event that does not fit is dropped and counted (`ipfix_event_dropped`). The
-//! exporter thread ([`FlowExporter`]) drains the queues every [`DRAIN_EVERY`], encodes, and sends
-//! messages of at most `max_message_bytes` over UDP; templates and options records go out at
-//! start and every `template_refresh_s`.
+//! exporter thread ([`FlowExporter`]) drains the queues every [`DRAIN_EVERY`] (at once again while
+//! a queue stays a quarter full), taking at most `max_records_per_second` events a second, encodes,
+//! and sends messages of at most `max_message_bytes` over UDP; templates and options records go
+//! out at start and every `template_refresh_s`. The rate limit is for floods of new connections:
+//! an exporter working flat out on the other core slows the worker beside it (measured in
+//! `flowplane-bench lb`, `ipfix_syn`), and what it would send is more than collectors take.
 //!
 //! flowplane's own elements are enterprise-specific, under `ipfix.enterprise_number` (by default
 //! 32473, the number RFC 5612 reserves for documentation):
@@ -218,6 +221,11 @@ pub struct FlowEvents {
 }
 
 impl FlowEvents {
+    /// Whether the worker published events not taken yet.
+    fn waiting(&self) -> bool {
+        self.ring.waiting() > 0
+    }
+
     /// The next event the worker published.
     fn take(&mut self) -> Option<FlowEvent> {
         let mut w = [0u64; WORDS];
@@ -554,6 +562,8 @@ pub struct ExportStats {
     pub starts: AtomicU64,
     /// End records sent without a start time.
     pub no_start: AtomicU64,
+    /// Drains that stopped at `ipfix.max_records_per_second` with events waiting.
+    pub limited: AtomicU64,
     /// Each worker's queue counters.
     pub taps: Mutex<Vec<Arc<TapCounters>>>,
 }
@@ -654,6 +664,39 @@ pub struct FlowExporter {
     process_id: u32,
     /// Settings whose socket could not be opened (not tried again until they change).
     failed: Option<IpfixSpec>,
+    /// `ipfix.max_records_per_second`'s allowance.
+    budget: Budget,
+}
+
+/// A token bucket of records (`ipfix.max_records_per_second`): refilled at the rate, at most a
+/// tenth of a second's worth held.
+#[derive(Debug)]
+struct Budget {
+    tokens: f64,
+    at: Instant,
+    /// The last drain stopped at the allowance with events still waiting.
+    limited: bool,
+}
+
+impl Budget {
+    /// Records that may be taken now at `rate` per second (0: no limit).
+    fn refill(&mut self, rate: u32) -> u64 {
+        if rate == 0 {
+            return u64::MAX;
+        }
+        let now = Instant::now();
+        let depth = (rate as f64 / 10.0).max(1.0);
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * rate as f64).min(depth);
+        self.at = now;
+        self.tokens as u64
+    }
+
+    fn spend(&mut self, rate: u32, taken: u64) {
+        if rate != 0 {
+            self.tokens = (self.tokens - taken as f64).max(0.0);
+        }
+    }
 }
 
 /// Wall-clock ms of a `CLOCK_MONOTONIC` time, by the offset between the clocks.
@@ -688,11 +731,18 @@ impl FlowExporter {
             rec: Record::new(),
             process_id: std::process::id(),
             failed: None,
+            budget: Budget {
+                // Full at the first drain (clamped to the bucket's depth then).
+                tokens: f64::INFINITY,
+                at: Instant::now(),
+                limited: false,
+            },
         }
     }
 
     /// Drain every [`DRAIN_EVERY`] (at once again while the workers keep a queue at least a
-    /// quarter full) until `stop` is set; then drain once more and send what is left.
+    /// quarter full and the rate limit allows) until `stop` is set; then drain once more and send
+    /// what is left (within the rate limit).
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         loop {
             let stopping = stop.load(Relaxed);
@@ -700,27 +750,44 @@ impl FlowExporter {
             if stopping {
                 return;
             }
-            if busiest < self.capacity / 4 {
+            if busiest < self.capacity / 4 || self.budget.limited {
                 std::thread::sleep(DRAIN_EVERY);
             }
         }
     }
 
-    /// Take every event the workers published, encode and send; returns the most events taken
+    /// Take the events the workers published, as many as `ipfix.max_records_per_second`
+    /// allows (shared evenly between the queues), encode and send; returns the most events taken
     /// from one queue.
     pub fn drain(&mut self) -> usize {
         self.follow_config();
         // Templates before the records that use them.
         self.refresh_templates();
         let offset = clock_offset_ns();
+        let rate = self
+            .session
+            .as_ref()
+            .map_or(0, |s| s.spec.max_records_per_second);
+        let allowed = self.budget.refill(rate);
+        let share = match allowed {
+            0 => 0,
+            a => (a / self.queues.len().max(1) as u64).max(1),
+        };
+        self.budget.limited = false;
         let mut queues = std::mem::take(&mut self.queues);
         let mut busiest = 0;
         for q in &mut queues {
             let mut taken = 0u64;
-            while let Some(e) = q.take() {
+            while taken < share || rate == 0 {
+                let Some(e) = q.take() else { break };
                 taken += 1;
                 self.event(&e, offset);
             }
+            if taken >= share && rate != 0 && q.waiting() {
+                self.budget.limited = true;
+                self.stats.limited.fetch_add(1, Relaxed);
+            }
+            self.budget.spend(rate, taken);
             q.ring.release();
             q.counters.taken.fetch_add(taken, Relaxed);
             busiest = busiest.max(taken as usize);

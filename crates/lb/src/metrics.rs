@@ -1112,7 +1112,7 @@ fn render_export(x: &crate::export::ExportStats, o: &mut Exposition) {
     o.single(
         "flowplane_ipfix_events_dropped_total",
         Kind::Counter,
-        "Flow events the workers dropped because their queue to the exporter was full (ipfix.queue).",
+        "Flow events the workers dropped because their queue to the exporter was full (ipfix.queue; also while the exporter is held at ipfix.max_records_per_second).",
         dropped,
     );
     o.single(
@@ -1132,5 +1132,11 @@ fn render_export(x: &crate::export::ExportStats, o: &mut Exposition) {
         Kind::Counter,
         "Connection-ended records sent without a start time (entries carried across a restart, or more live connections than the exporter tracks).",
         x.no_start.load(Relaxed),
+    );
+    o.single(
+        "flowplane_ipfix_rate_limited_total",
+        Kind::Counter,
+        "Times the exporter stopped taking events at ipfix.max_records_per_second with events still waiting (the workers' queues then fill and drop).",
+        x.limited.load(Relaxed),
     );
 }

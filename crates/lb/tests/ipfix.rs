@@ -333,6 +333,46 @@ fn one_packet_in_n_is_sampled_and_a_full_queue_drops_events_not_packets() {
 }
 
 #[test]
+fn the_exporter_takes_no_more_than_its_rate_limit() {
+    // 1000 records a second: a bucket of a tenth of a second's worth (100) at the first drain,
+    // about 1000 a second after it; the rest waits in the queue, which then drops (counted).
+    let mut h = Harness::new(config(
+        "127.0.0.1:9",
+        "sample_one_in = 0\nqueue = 4096\nmax_records_per_second = 1000",
+    ));
+    let syns: Vec<Vec<u8>> = (0..3000).map(|i| craft::tcp(&client(i), true)).collect();
+    assert_eq!(h.send(&syns, S).len(), 3000);
+    let started = std::time::Instant::now();
+    h.exporter.drain();
+    assert_eq!(h.stats.created.load(Relaxed), 100);
+    assert_eq!(h.stats.limited.load(Relaxed), 1);
+    assert_eq!(h.stats.queues(), (2900, 0));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    h.exporter.drain();
+    let taken = h.stats.created.load(Relaxed) - 100;
+    let allowed = (started.elapsed().as_secs_f64() * 1000.0).ceil() as u64;
+    assert!(
+        (50..=allowed.min(100)).contains(&taken),
+        "{taken} taken, {allowed} allowed"
+    );
+    // More connections than the queue holds: the workers drop them, counted.
+    let more: Vec<Vec<u8>> = (3000..5000).map(|i| craft::tcp(&client(i), true)).collect();
+    assert_eq!(h.send(&more, S).len(), 2000);
+    let (waiting, dropped) = h.stats.queues();
+    assert_eq!(waiting, 4096);
+    assert_eq!(dropped, 3000 + 2000 - 100 - taken - 4096);
+    // No limit: everything waiting is taken at once.
+    let mut h = Harness::new(config(
+        "127.0.0.1:9",
+        "sample_one_in = 0\nqueue = 4096\nmax_records_per_second = 0",
+    ));
+    assert_eq!(h.send(&syns, S).len(), 3000);
+    h.exporter.drain();
+    assert_eq!(h.stats.created.load(Relaxed), 3000);
+    assert_eq!(h.stats.limited.load(Relaxed), 0);
+}
+
+#[test]
 fn a_syn_on_the_ports_of_an_ended_connection_ends_it_and_starts_another() {
     let mut h = Harness::new(config("127.0.0.1:9", "sample_one_in = 0"));
     let e = client(7);
