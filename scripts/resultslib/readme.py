@@ -604,6 +604,20 @@ def t_flow_export(runs):
                     f"{p['events_dropped_share'] * 100:.0f} %",
                 ]
             )
+    for x in sorted(lb.find("conn_counters"), key=lambda x: x["params"]["conns"]):
+        p = x["params"]
+        rows.append(
+            [
+                "balancer, packet and byte counters per connection (modelled, not in the product)",
+                "established connections",
+                size(p["conns"]) + " conns",
+                f"an 8-byte counter word per table slot ({p['counter_bytes'] / 2**20:.0f} MiB) written by every packet",
+                num(x["peer_value"]),
+                num(x["value"]),
+                ratio(x.get("ratio")),
+                "",
+            ]
+        )
     for x in sorted(sw.find("forward_sflow"), key=lambda x: (x["params"]["entries"], -x["params"]["sample_one_in"])):
         p = x["params"]
         q, d = p["samples_queued"], p["samples_dropped"]

@@ -228,8 +228,8 @@ pub fn run(a: LbArgs) -> Result<()> {
         // one constant 5-tuple.
         let syns = Frames::new((0..syn_total as u64).map(|i| craft::tcp(&flow(n + i), true)));
         let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(a.common.seed);
-        let acks =
-            Frames::new((0..per_round).map(|_| craft::tcp(&flow(rng.gen_range(0..n)), false)));
+        let ack_ids: Vec<u64> = (0..per_round).map(|_| rng.gen_range(0..n)).collect();
+        let acks = Frames::new(ack_ids.iter().map(|&i| craft::tcp(&flow(i), false)));
         let constant = Frames::new(std::iter::once(craft::tcp(&flow(n / 2), false)));
         let now = 2_000_000_000;
 
@@ -304,6 +304,9 @@ pub fn run(a: LbArgs) -> Result<()> {
             now,
             n + 2 * (rounds * per_round) as u64,
             &acks,
+        )?;
+        counting_cases(
+            &mut rep, n, capacity, rounds, per_round, &worker, &pool, now, &acks, &ack_ids,
         )?;
         let w = worker.into_inner();
         let t = Totals::sum([&**w.stats()]);
@@ -795,6 +798,79 @@ fn export_cases(
     stop.store(true, Relaxed);
     let _ = thread.join();
     result
+}
+
+/// What per-connection packet and byte counters would cost (they are not in the product: the
+/// connection entry is one 8-byte word with no room for them). Modelled as the design they would
+/// need, a second 8-byte word per connection-table slot (24-bit packets, 40-bit bytes) in an
+/// array beside the table, written by every packet: the same worker and packets of established
+/// connections, without and with the counter write, in alternated rounds. The write is given its
+/// best chance: the burst's counter lines are prefetched before the burst is processed, so their
+/// misses overlap the lookups', as an implementation inside the stage would arrange.
+#[allow(clippy::too_many_arguments)]
+fn counting_cases(
+    rep: &mut Report,
+    n: u64,
+    capacity: usize,
+    rounds: usize,
+    per_round: usize,
+    worker: &std::cell::RefCell<LbStage>,
+    pool: &std::cell::RefCell<Pool>,
+    now: u64,
+    acks: &Frames,
+    ack_ids: &[u64],
+) -> Result<()> {
+    let slots = capacity.next_power_of_two();
+    let mut counters = vec![0u64; slots];
+    // A connection's slot: where the table's hash would put it (uniform over the slots).
+    let slot: Vec<u32> = ack_ids
+        .iter()
+        .map(|&i| (fp_hash::hash_u64(0x5eed, i) as usize & (slots - 1)) as u32)
+        .collect();
+    let counters = std::cell::RefCell::new(&mut counters[..]);
+    let run = |count: bool| -> Result<f64> {
+        let mut w = worker.borrow_mut();
+        let mut c = counters.borrow_mut();
+        let mut at = 0usize;
+        let ns = drive(
+            acks,
+            0,
+            per_round,
+            &mut pool.borrow_mut(),
+            |rx, tx, pool| {
+                let k = rx.len();
+                if count {
+                    for &s in &slot[at..at + k] {
+                        fp_hash::prefetch_write(&c[s as usize]);
+                    }
+                }
+                w.process(rx, tx, pool, now);
+                if count {
+                    for (j, p) in tx.iter().enumerate() {
+                        let s = slot[at + j] as usize;
+                        c[s] = c[s].wrapping_add(1 | (p.len() as u64) << 24);
+                    }
+                }
+                at += k;
+            },
+        );
+        Ok(1.0 / ns)
+    };
+    let v = contest(rounds, &[&|| run(true), &|| run(false)])?;
+    std::hint::black_box(&counters);
+    rep.add(
+        Record::higher("conn_counters", v[0] * 1e3, "Mpps")
+            .param("conns", n)
+            .param("counter_slots", slots as u64)
+            .param("counter_bytes", (slots * 8) as u64)
+            .param("traffic", "packets of established connections")
+            .param(
+                "peer_config",
+                "the same worker and packets without the counter write (the product)",
+            )
+            .peer("no_counters", v[1] * 1e3),
+    )?;
+    Ok(())
 }
 
 /// The flow cache in front of the connection table (`balancer.conn_cache_entries`): packets of
