@@ -51,6 +51,16 @@ fn is_link_local(m: Key) -> bool {
     m & 0xffff_ffff_fff0 == 0x0180_c200_0000
 }
 
+/// The MAC at `at` (0: destination, 6: source) of a frame, from one 8-byte load (its top 48
+/// bits); a runt (shorter than an Ethernet header) gets MAC 0 and is dropped when switched.
+#[inline(always)]
+fn mac_at(d: &[u8], at: usize) -> u64 {
+    match d.get(..14) {
+        Some(h) => u64::from_be_bytes(h[at..at + 8].try_into().expect("8 bytes")) >> 16,
+        None => 0,
+    }
+}
+
 /// A held frame's VLAN word: the VLAN id, [`TAGGED`] if the frame carries a tag, or [`DROPPED`]
 /// with the reason it has no VLAN on its port.
 const TAGGED: u16 = 0x8000;
@@ -582,6 +592,9 @@ impl SwitchWorker {
         self.stats.rx.add(rx.len() as u64);
         let pvid = plan.untagged_vid(in_port);
         let pfid = (plan.fid(pvid) as u64) << 48;
+        if pvid != 0 && self.take_untagged(in_port, rx, pvid, pfid) {
+            return;
+        }
         let (mut run_vid, mut run) = (0u16, 0u64);
         for p in rx.iter() {
             let d = p.data();
@@ -627,6 +640,31 @@ impl SwitchWorker {
         self.hold(rx);
     }
 
+    /// [`SwitchWorker::take_vlan`] for a burst of untagged frames on a port with an untagged
+    /// VLAN (an access port's traffic): the keys as a VLAN-unaware switch takes them with the
+    /// VLAN's FID above, the VLAN word and the per-VLAN count once for the burst. `false`, with
+    /// nothing taken, when a frame is tagged or a runt (the general path takes that burst).
+    #[inline(always)]
+    fn take_untagged(&mut self, in_port: u16, rx: &mut Vec<Packet>, pvid: u16, pfid: u64) -> bool {
+        let tpid = vlan::TPID.to_be_bytes();
+        if rx
+            .iter()
+            .any(|p| p.data().get(12..14).is_none_or(|t| t == tpid))
+        {
+            return false;
+        }
+        let n = rx.len();
+        self.dst
+            .extend(rx.iter().map(|p| mac_at(p.data(), 0) | pfid));
+        self.src
+            .extend(rx.iter().map(|p| mac_at(p.data(), 6) | pfid));
+        self.held_in.resize(self.held_in.len() + n, in_port);
+        self.vl.resize(self.vl.len() + n, pvid);
+        self.per_vlan.rx[pvid as usize].add(n as u64);
+        self.hold(rx);
+        true
+    }
+
     /// Move the frames of `rx` behind those held.
     #[inline(always)]
     fn hold(&mut self, rx: &mut Vec<Packet>) {
@@ -643,21 +681,10 @@ impl SwitchWorker {
     #[inline(always)]
     fn take_macs(&mut self, in_port: u16, rx: &mut Vec<Packet>) {
         self.stats.rx.add(rx.len() as u64);
-        // Both MACs from two 8-byte loads (bytes 0..8 and 6..14, top 48 bits); a runt (shorter than
-        // an Ethernet header) gets MAC 0 and is dropped when switched.
-        for p in rx.iter() {
-            let d = p.data();
-            let (dm, sm) = match d.get(..14) {
-                Some(h) => (
-                    u64::from_be_bytes(h[0..8].try_into().expect("8 bytes")) >> 16,
-                    u64::from_be_bytes(h[6..14].try_into().expect("8 bytes")) >> 16,
-                ),
-                None => (0, 0),
-            };
-            self.dst.push(dm);
-            self.src.push(sm);
-            self.held_in.push(in_port);
-        }
+        // Extended from the burst rather than pushed frame by frame: one capacity check each.
+        self.dst.extend(rx.iter().map(|p| mac_at(p.data(), 0)));
+        self.src.extend(rx.iter().map(|p| mac_at(p.data(), 6)));
+        self.held_in.resize(self.held_in.len() + rx.len(), in_port);
         self.hold(rx);
     }
 
@@ -1828,6 +1855,54 @@ mod tests {
             }
             out
         }
+    }
+
+    #[test]
+    fn a_burst_on_an_access_port_is_taken_whole_or_frame_by_frame_alike() {
+        let mut s = vlan_switch();
+        // Into access port 0 (VLAN 10): one burst of untagged frames only, then one with a
+        // tagged frame (a VLAN the port does not carry) and a runt among untagged ones.
+        let send = |s: &mut Sw, frames: Vec<Vec<u8>>| {
+            let mut rx = burst();
+            for f in frames {
+                let mut p = s.pool.get().unwrap();
+                p.fill(&f);
+                rx.push(p);
+            }
+            s.w.process(0, &mut rx, &mut s.tx, &mut s.pool, 1);
+            s.c.drain();
+            drain_tx(&mut s.tx, &mut s.pool)
+        };
+        let out = send(&mut s, vec![frame(BCAST, A), frame(BCAST, B)]);
+        assert_eq!(
+            out[2],
+            vec![tagged(BCAST, A, Some(10)), tagged(BCAST, B, Some(10))]
+        );
+        assert_eq!(out[3], vec![frame(BCAST, A), frame(BCAST, B)]);
+        assert!(out[0].is_empty() && out[1].is_empty());
+        assert_eq!(s.w.vlan_counters().rx[10].get(), 2);
+        let out = send(
+            &mut s,
+            vec![
+                frame(BCAST, C),
+                tagged(BCAST, A, Some(20)),
+                vec![0xff; 10],
+                frame(A, C),
+            ],
+        );
+        assert_eq!(out[2], vec![tagged(BCAST, C, Some(10))]);
+        assert_eq!(out[3], vec![frame(BCAST, C)]);
+        // A was learned on port 0 in VLAN 10 by the first burst: C's unicast to it is filtered
+        // (same port), not flooded.
+        assert_eq!(s.c.lookup_in(10, A), Some(0));
+        assert!(out[0].is_empty() && out[1].is_empty());
+        assert_eq!(s.w.vlan_counters().rx[10].get(), 4);
+        let st = s.w.stats();
+        assert_eq!(
+            (st.runt.get(), st.vlan_not_member.get(), st.filtered.get()),
+            (1, 1, 1)
+        );
+        assert_eq!(s.c.lookup_in(10, C), Some(0));
     }
 
     #[test]
