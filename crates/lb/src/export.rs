@@ -309,7 +309,15 @@ impl Tap {
     /// Queue an event; a full queue drops it (counted). The exporter sees it after
     /// [`Tap::publish`].
     #[inline]
-    pub fn send(&mut self, event: Event, flow: FlowKey, backend: Option<IpAddr>, at_ns: u64) {
+    /// The backend is looked up (`backend()`) only for an event that fits: a saturated export
+    /// costs the worker no lookup.
+    pub fn send(
+        &mut self,
+        event: Event,
+        flow: FlowKey,
+        backend: impl FnOnce() -> Option<IpAddr>,
+        at_ns: u64,
+    ) {
         // A queue found full stays full for the rest of the burst (the exporter's progress is
         // looked at again after the next publish): a saturated export costs a branch per event.
         if self.full || !self.ring.has_room() {
@@ -320,7 +328,7 @@ impl Tap {
         let e = FlowEvent {
             event,
             flow,
-            backend,
+            backend: backend(),
             at_ns,
             worker: self.worker,
         };
@@ -563,7 +571,8 @@ pub struct ExportStats {
     pub starts: AtomicU64,
     /// End records sent without a start time.
     pub no_start: AtomicU64,
-    /// Drains that stopped at `ipfix.max_records_per_second` with events waiting.
+    /// Drains that stopped at `ipfix.max_records_per_second` with events waiting (once per drain,
+    /// however many queues were left waiting).
     pub limited: AtomicU64,
     /// Each worker's queue counters.
     pub taps: Mutex<Vec<Arc<TapCounters>>>,
@@ -677,6 +686,8 @@ struct Budget {
     at: Instant,
     /// The last drain stopped at the allowance with events still waiting.
     limited: bool,
+    /// The queue the next drain starts with.
+    next: usize,
 }
 
 impl Budget {
@@ -693,10 +704,8 @@ impl Budget {
         self.tokens as u64
     }
 
-    fn spend(&mut self, rate: u32, taken: u64) {
-        if rate != 0 {
-            self.tokens = (self.tokens - taken as f64).max(0.0);
-        }
+    fn spend(&mut self, taken: u64) {
+        self.tokens = (self.tokens - taken as f64).max(0.0);
     }
 }
 
@@ -737,17 +746,18 @@ impl FlowExporter {
                 tokens: f64::INFINITY,
                 at: Instant::now(),
                 limited: false,
+                next: 0,
             },
         }
     }
 
     /// Drain every [`DRAIN_EVERY`] (at once again while the workers keep a queue at least a
-    /// quarter full and the rate limit allows) until `stop` is set; then drain once more and send
-    /// what is left (within the rate limit).
+    /// quarter full and the rate limit allows) until `stop` is set; then drain once more, without
+    /// the rate limit (the workers have stopped), and send what is left.
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         loop {
             let stopping = stop.load(Relaxed);
-            let busiest = self.drain();
+            let busiest = self.drain_within(!stopping);
             if stopping {
                 return;
             }
@@ -758,40 +768,56 @@ impl FlowExporter {
     }
 
     /// Take the events the workers published, as many as `ipfix.max_records_per_second`
-    /// allows (shared evenly between the queues), encode and send; returns the most events taken
-    /// from one queue.
+    /// allows, encode and send; returns the most events taken from one queue.
     pub fn drain(&mut self) -> usize {
+        self.drain_within(true)
+    }
+
+    /// [`FlowExporter::drain`], within the rate limit or not. The allowance is shared between
+    /// the queues without wasting any: each may take an equal share first, then what the others
+    /// left goes to those with events still waiting, starting from a different queue each time.
+    fn drain_within(&mut self, limit: bool) -> usize {
         self.follow_config();
         // Templates before the records that use them.
         self.refresh_templates();
         let offset = clock_offset_ns();
-        let rate = self
-            .session
-            .as_ref()
-            .map_or(0, |s| s.spec.max_records_per_second);
-        let allowed = self.budget.refill(rate);
-        let share = match allowed {
-            0 => 0,
-            a => (a / self.queues.len().max(1) as u64).max(1),
+        let rate = match &self.session {
+            Some(s) if limit => s.spec.max_records_per_second,
+            _ => 0,
         };
+        let mut left = self.budget.refill(rate);
         self.budget.limited = false;
         let mut queues = std::mem::take(&mut self.queues);
-        let mut busiest = 0;
-        for q in &mut queues {
-            let mut taken = 0u64;
-            while taken < share || rate == 0 {
-                let Some(e) = q.take() else { break };
-                taken += 1;
-                self.event(&e, offset);
+        let n = queues.len().max(1);
+        let first = self.budget.next % n;
+        self.budget.next = self.budget.next.wrapping_add(1);
+        let mut taken = vec![0u64; queues.len()];
+        for pass in 0..2 {
+            let share = if pass == 0 { left / n as u64 } else { left };
+            for k in 0..queues.len() {
+                let i = (first + k) % queues.len();
+                let mut t = 0u64;
+                while t < share {
+                    let Some(e) = queues[i].take() else { break };
+                    t += 1;
+                    self.event(&e, offset);
+                }
+                taken[i] += t;
+                left -= t.min(left);
             }
-            if taken >= share && rate != 0 && q.waiting() {
+        }
+        if rate != 0 {
+            self.budget.spend(taken.iter().sum());
+            if queues.iter().any(FlowEvents::waiting) {
                 self.budget.limited = true;
                 self.stats.limited.fetch_add(1, Relaxed);
             }
-            self.budget.spend(rate, taken);
+        }
+        let mut busiest = 0;
+        for (q, t) in queues.iter_mut().zip(taken) {
             q.ring.release();
-            q.counters.taken.fetch_add(taken, Relaxed);
-            busiest = busiest.max(taken as usize);
+            q.counters.taken.fetch_add(t, Relaxed);
+            busiest = busiest.max(t as usize);
         }
         self.queues = queues;
         if let Some(s) = &mut self.session {
@@ -808,6 +834,20 @@ impl FlowExporter {
         let spec = self.snap.get().config.ipfix.clone();
         if self.session.as_ref().map(|s| &s.spec) == spec.as_ref() || self.failed == spec {
             return;
+        }
+        // Only the rate limit changed: the exporter's own setting, followed in place (the
+        // collectors see the same session).
+        if let (Some(s), Some(new)) = (&mut self.session, &spec) {
+            let rate = new.max_records_per_second;
+            if s.spec
+                == (IpfixSpec {
+                    max_records_per_second: s.spec.max_records_per_second,
+                    ..new.clone()
+                })
+            {
+                s.spec.max_records_per_second = rate;
+                return;
+            }
         }
         self.failed = None;
         if let Some(s) = &mut self.session {

@@ -373,6 +373,57 @@ fn the_exporter_takes_no_more_than_its_rate_limit() {
 }
 
 #[test]
+fn the_rate_limit_is_shared_without_waste_followed_on_reload_and_lifted_at_stop() {
+    // Four workers, only the first busy: it gets the whole allowance, not a quarter.
+    let cfg = config(
+        "127.0.0.1:9",
+        "sample_one_in = 0\nqueue = 4096\nmax_records_per_second = 1000",
+    );
+    let published = Arc::new(Published::<Snapshot>::new(Arc::new(
+        Builder::new().build(cfg.clone()).unwrap(),
+    )));
+    let (mut workers, mut queues) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let mut w = LbStage::new(i, published.clone(), 7).unwrap();
+        let (t, events) = tap(i, 4096);
+        w.set_export(t);
+        workers.push(w);
+        queues.push(events);
+    }
+    let stats = Arc::new(ExportStats::default());
+    let mut exporter = FlowExporter::new(queues, published.clone(), stats.clone());
+    let mut pool = Pool::new(4096);
+    let syns: Vec<Vec<u8>> = (0..3000).map(|i| craft::tcp(&client(i), true)).collect();
+    for chunk in syns.chunks(32) {
+        let (mut rx, mut tx) = (burst(), burst());
+        for f in chunk {
+            let mut p: Packet = pool.get().expect("pool");
+            assert!(p.fill(f));
+            rx.push(p);
+        }
+        workers[0].process(&mut rx, &mut tx, &mut pool, S);
+        pool.put_all(&mut tx);
+    }
+    exporter.drain();
+    assert_eq!(stats.created.load(Relaxed), 100);
+    assert_eq!(stats.limited.load(Relaxed), 1);
+    let options = stats.options.load(Relaxed);
+    // A reload that changes only the rate: the same session (no templates sent again), the new
+    // allowance (a tenth of a second of 10 a second: 1, after the bucket refills).
+    let mut slow = (*cfg).clone();
+    slow.ipfix.as_mut().unwrap().max_records_per_second = 10;
+    published.publish(Arc::new(Builder::new().build(Arc::new(slow)).unwrap()));
+    std::thread::sleep(Duration::from_millis(250));
+    exporter.drain();
+    assert_eq!(stats.created.load(Relaxed), 101);
+    assert_eq!(stats.options.load(Relaxed), options);
+    // Stopping: the last drain takes everything left, whatever the limit.
+    exporter.run(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    assert_eq!(stats.created.load(Relaxed), 3000);
+    assert_eq!(stats.queues(), (0, 0));
+}
+
+#[test]
 fn a_syn_on_the_ports_of_an_ended_connection_ends_it_and_starts_another() {
     let mut h = Harness::new(config("127.0.0.1:9", "sample_one_in = 0"));
     let e = client(7);

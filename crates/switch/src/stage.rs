@@ -1859,50 +1859,74 @@ mod tests {
 
     #[test]
     fn a_burst_on_an_access_port_is_taken_whole_or_frame_by_frame_alike() {
-        let mut s = vlan_switch();
-        // Into access port 0 (VLAN 10): one burst of untagged frames only, then one with a
-        // tagged frame (a VLAN the port does not carry) and a runt among untagged ones.
-        let send = |s: &mut Sw, frames: Vec<Vec<u8>>| {
-            let mut rx = burst();
-            for f in frames {
-                let mut p = s.pool.get().unwrap();
-                p.fill(&f);
-                rx.push(p);
-            }
-            s.w.process(0, &mut rx, &mut s.tx, &mut s.pool, 1);
-            s.c.drain();
-            drain_tx(&mut s.tx, &mut s.pool)
-        };
-        let out = send(&mut s, vec![frame(BCAST, A), frame(BCAST, B)]);
-        assert_eq!(
-            out[2],
-            vec![tagged(BCAST, A, Some(10)), tagged(BCAST, B, Some(10))]
-        );
-        assert_eq!(out[3], vec![frame(BCAST, A), frame(BCAST, B)]);
-        assert!(out[0].is_empty() && out[1].is_empty());
-        assert_eq!(s.w.vlan_counters().rx[10].get(), 2);
-        let out = send(
-            &mut s,
+        // The same frames into access port 0 (VLAN 10) of two switches, as bursts and one by one:
+        // an all-untagged burst (taken in one pass) with a broadcast and a unicast to a MAC
+        // learned on port 3 (untagged there: its native VLAN 10), then a burst with a tagged
+        // frame of a VLAN the port does not carry and a runt among untagged ones (taken frame by
+        // frame).
+        let bursts = vec![
+            vec![frame(BCAST, A), frame(B, A), frame(B, C)],
             vec![
                 frame(BCAST, C),
                 tagged(BCAST, A, Some(20)),
                 vec![0xff; 10],
                 frame(A, C),
+                frame(B, A),
             ],
+        ];
+        let (mut whole, mut single) = (vlan_switch(), vlan_switch());
+        for s in [&mut whole, &mut single] {
+            assert_eq!(s.exchange(3, frame(BCAST, B), 1).len(), 2);
+        }
+        let send = |s: &mut Sw, frames: &[Vec<u8>]| {
+            let mut rx = burst();
+            for f in frames {
+                let mut p = s.pool.get().unwrap();
+                p.fill(f);
+                rx.push(p);
+            }
+            s.w.process(0, &mut rx, &mut s.tx, &mut s.pool, 2);
+            s.c.drain();
+            drain_tx(&mut s.tx, &mut s.pool)
+        };
+        let mut outs = (Vec::new(), Vec::new());
+        for b in &bursts {
+            outs.0.push(send(&mut whole, b));
+            outs.1.push(
+                b.iter()
+                    .map(|f| send(&mut single, std::slice::from_ref(f)))
+                    .fold(vec![Vec::new(); 4], |mut acc, o| {
+                        for (a, f) in acc.iter_mut().zip(o) {
+                            a.extend(f);
+                        }
+                        acc
+                    }),
+            );
+        }
+        assert_eq!(outs.0, outs.1);
+        // What the first burst did: flooded in VLAN 10 (tagged on trunk 2, untagged on 3), the
+        // unicasts to B to port 3 only.
+        assert_eq!(
+            outs.0[0][3],
+            vec![frame(BCAST, A), frame(B, A), frame(B, C)]
         );
-        assert_eq!(out[2], vec![tagged(BCAST, C, Some(10))]);
-        assert_eq!(out[3], vec![frame(BCAST, C)]);
-        // A was learned on port 0 in VLAN 10 by the first burst: C's unicast to it is filtered
-        // (same port), not flooded.
-        assert_eq!(s.c.lookup_in(10, A), Some(0));
-        assert!(out[0].is_empty() && out[1].is_empty());
-        assert_eq!(s.w.vlan_counters().rx[10].get(), 4);
-        let st = s.w.stats();
+        assert_eq!(outs.0[0][2], vec![tagged(BCAST, A, Some(10))]);
+        assert!(outs.0[0][1].is_empty());
+        let counts = |s: &Sw| {
+            let v = s.w.vlan_counters();
+            (v.rx[10].get(), v.rx[20].get(), s.w.stats().values())
+        };
+        assert_eq!(counts(&whole), counts(&single));
+        assert_eq!(whole.w.vlan_counters().rx[10].get(), 1 + 6);
+        let st = whole.w.stats();
         assert_eq!(
             (st.runt.get(), st.vlan_not_member.get(), st.filtered.get()),
             (1, 1, 1)
         );
-        assert_eq!(s.c.lookup_in(10, C), Some(0));
+        for m in [A, B, C] {
+            assert_eq!(whole.c.lookup_in(10, m), single.c.lookup_in(10, m));
+        }
+        assert_eq!(whole.c.lookup_in(10, C), Some(0));
     }
 
     #[test]

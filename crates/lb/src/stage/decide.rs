@@ -119,7 +119,7 @@ pub(super) fn decide(
                 // A new connection on the ports of an ended one, which keeps its backend: for the
                 // flow export, the one ended and another began.
                 if let Some(t) = out.export.as_deref_mut().filter(|t| t.connections()) {
-                    let a = snap.backend(entry_backend(v)).map(|b| b.address);
+                    let a = || snap.backend(entry_backend(v)).map(|b| b.address);
                     ended(t, snap, key, v, d.now_ns, END_OF_FLOW);
                     t.send(Event::Created(Why::New), key, a, d.now_ns);
                 }
@@ -279,7 +279,7 @@ pub(super) fn decide(
                     if let Some(old) = other.filter(|&o| syn && !is_embryonic(o)) {
                         ended(t, snap, key, old, d.now_ns, END_OF_FLOW);
                     }
-                    let a = snap.backend(b).map(|b| b.address);
+                    let a = || snap.backend(b).map(|b| b.address);
                     t.send(Event::Created(why), key, a, d.now_ns);
                 }
                 if assigned {

@@ -46,7 +46,8 @@ impl Emitter<'_> {
     pub(super) fn sample(&mut self, l3: (u16, u16), key: &FlowKey, backend: u32, why: Why) {
         if let Some(t) = self.export.as_deref_mut() {
             if t.sample_this() {
-                let b = self.snap.backend(backend).map(|b| b.address);
+                let snap = self.snap;
+                let b = || snap.backend(backend).map(|b| b.address);
                 // `octetDeltaCount` counts the IP packet (header and payload).
                 let len = l3.1.saturating_sub(l3.0);
                 t.send(Event::Sampled(why, len), *key, b, self.now_ns);

@@ -132,6 +132,6 @@ pub(super) fn ended(
 ) {
     let idle_ms = ((now_ns / 1_000_000) as u32).wrapping_sub(entry_seen(v)) as u64;
     let seen_ns = now_ns.saturating_sub(idle_ms * 1_000_000);
-    let backend = snap.backend(entry_backend(v)).map(|b| b.address);
+    let backend = || snap.backend(entry_backend(v)).map(|b| b.address);
     t.send(Event::Ended(reason), flow, backend, seen_ns);
 }
