@@ -52,6 +52,9 @@ pub const DEFAULT_CONNECTION_STARTS: usize = 1 << 18;
 /// takes from the workers' queues per second (see docs/operations.md for the measurement behind
 /// it).
 pub const DEFAULT_MAX_RECORDS_PER_SECOND: u32 = 100_000;
+/// Default `sflow.max_samples_per_second`: flow samples the switch's exporter takes from the
+/// workers' queues per second.
+pub const DEFAULT_MAX_SAMPLES_PER_SECOND: u32 = 100_000;
 /// Default template refresh over UDP (RFC 7011 §8.4 leaves it to configuration).
 pub const DEFAULT_TEMPLATE_REFRESH_S: u32 = 60;
 /// The Private Enterprise Number RFC 5612 sets aside for documentation: flowplane's own
@@ -112,6 +115,7 @@ pub struct RawSflow {
     queue: Option<usize>,
     max_datagram_bytes: Option<usize>,
     sub_agent_id: Option<u32>,
+    max_samples_per_second: Option<u64>,
 }
 
 /// Validated `[sflow]`.
@@ -131,6 +135,9 @@ pub struct SflowSpec {
     pub queue: usize,
     /// Largest datagram in bytes.
     pub max_datagram_bytes: usize,
+    /// Flow samples taken from the workers' queues per second (0: no limit); what the limit
+    /// leaves makes the queues full, and the samplers drop (counted in each port's `drops`).
+    pub max_samples_per_second: u32,
 }
 
 /// `collectors`: at least one, `address:port` or a bare address (the format's port).
@@ -192,6 +199,12 @@ fn queue(section: &str, v: Option<usize>) -> Result<usize, FieldError> {
     Ok(v)
 }
 
+/// A per-second limit (0: none).
+fn per_second(field: &str, v: Option<u64>, default: u32) -> Result<u32, FieldError> {
+    let v = v.unwrap_or(default as u64);
+    u32::try_from(v).map_err(|_| fail(field, format!("{v} is more than {}", u32::MAX)))
+}
+
 fn message_bytes(field: &str, v: Option<usize>) -> Result<usize, FieldError> {
     let v = v.unwrap_or(DEFAULT_MESSAGE_BYTES);
     if !(512..=65_000).contains(&v) {
@@ -226,17 +239,12 @@ impl RawIpfix {
                 format!("{starts} is more than 67108864"),
             ));
         }
-        let rate = self
-            .max_records_per_second
-            .unwrap_or(DEFAULT_MAX_RECORDS_PER_SECOND as u64);
-        if rate > u32::MAX as u64 {
-            return Err(fail(
-                "ipfix.max_records_per_second",
-                format!("{rate} is more than {}", u32::MAX),
-            ));
-        }
         Ok(IpfixSpec {
-            max_records_per_second: rate as u32,
+            max_records_per_second: per_second(
+                "ipfix.max_records_per_second",
+                self.max_records_per_second,
+                DEFAULT_MAX_RECORDS_PER_SECOND,
+            )?,
             connection_starts: if starts == 0 {
                 0
             } else {
@@ -278,6 +286,11 @@ impl RawSflow {
             counters_interval_s: counters as u32,
             queue: queue("sflow", self.queue)?,
             max_datagram_bytes: message_bytes("sflow.max_datagram_bytes", self.max_datagram_bytes)?,
+            max_samples_per_second: per_second(
+                "sflow.max_samples_per_second",
+                self.max_samples_per_second,
+                DEFAULT_MAX_SAMPLES_PER_SECOND,
+            )?,
         })
     }
 }

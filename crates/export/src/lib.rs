@@ -43,6 +43,7 @@
 
 pub mod config;
 pub mod ipfix;
+pub mod rate;
 pub mod ring;
 pub mod sflow;
 pub mod udp;

@@ -45,6 +45,7 @@
 use crate::snapshot::{Cached, Published, Snapshot};
 use fp_export::config::IpfixSpec;
 use fp_export::ipfix::{end_reason, ie, Field, MessageBuilder, Record, Template};
+use fp_export::rate::RateLimit;
 use fp_export::ring::{Consumer, Producer};
 use fp_export::udp::Exporter;
 use fp_wire::FlowKey;
@@ -674,39 +675,8 @@ pub struct FlowExporter {
     process_id: u32,
     /// Settings whose socket could not be opened (not tried again until they change).
     failed: Option<IpfixSpec>,
-    /// `ipfix.max_records_per_second`'s allowance.
-    budget: Budget,
-}
-
-/// A token bucket of records (`ipfix.max_records_per_second`): refilled at the rate, at most a
-/// tenth of a second's worth held.
-#[derive(Debug)]
-struct Budget {
-    tokens: f64,
-    at: Instant,
-    /// The last drain stopped at the allowance with events still waiting.
-    limited: bool,
-    /// The queue the next drain starts with.
-    next: usize,
-}
-
-impl Budget {
-    /// Records that may be taken now at `rate` per second (0: no limit).
-    fn refill(&mut self, rate: u32) -> u64 {
-        if rate == 0 {
-            return u64::MAX;
-        }
-        let now = Instant::now();
-        let depth = (rate as f64 / 10.0).max(1.0);
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * rate as f64).min(depth);
-        self.at = now;
-        self.tokens as u64
-    }
-
-    fn spend(&mut self, taken: u64) {
-        self.tokens = (self.tokens - taken as f64).max(0.0);
-    }
+    /// `ipfix.max_records_per_second`.
+    budget: RateLimit,
 }
 
 /// Wall-clock ms of a `CLOCK_MONOTONIC` time, by the offset between the clocks.
@@ -741,13 +711,7 @@ impl FlowExporter {
             rec: Record::new(),
             process_id: std::process::id(),
             failed: None,
-            budget: Budget {
-                // Full at the first drain (clamped to the bucket's depth then).
-                tokens: f64::INFINITY,
-                at: Instant::now(),
-                limited: false,
-                next: 0,
-            },
+            budget: RateLimit::new(),
         }
     }
 
@@ -761,7 +725,7 @@ impl FlowExporter {
             if stopping {
                 return;
             }
-            if busiest < self.capacity / 4 || self.budget.limited {
+            if busiest < self.capacity / 4 || self.budget.limited() {
                 std::thread::sleep(DRAIN_EVERY);
             }
         }
@@ -773,9 +737,7 @@ impl FlowExporter {
         self.drain_within(true)
     }
 
-    /// [`FlowExporter::drain`], within the rate limit or not. The allowance is shared between
-    /// the queues without wasting any: each may take an equal share first, then what the others
-    /// left goes to those with events still waiting, starting from a different queue each time.
+    /// [`FlowExporter::drain`], within the rate limit ([`fp_export::rate`]) or not.
     fn drain_within(&mut self, limit: bool) -> usize {
         self.follow_config();
         // Templates before the records that use them.
@@ -785,34 +747,24 @@ impl FlowExporter {
             Some(s) if limit => s.spec.max_records_per_second,
             _ => 0,
         };
-        let mut left = self.budget.refill(rate);
-        self.budget.limited = false;
         let mut queues = std::mem::take(&mut self.queues);
-        let n = queues.len().max(1);
-        let first = self.budget.next % n;
-        self.budget.next = self.budget.next.wrapping_add(1);
-        let mut taken = vec![0u64; queues.len()];
-        for pass in 0..2 {
-            let share = if pass == 0 { left / n as u64 } else { left };
-            for k in 0..queues.len() {
-                let i = (first + k) % queues.len();
-                let mut t = 0u64;
-                while t < share {
-                    let Some(e) = queues[i].take() else { break };
-                    t += 1;
+        let mut budget = std::mem::take(&mut self.budget);
+        let taken = budget.take(
+            rate,
+            &mut queues,
+            |q| match q.take() {
+                Some(e) => {
                     self.event(&e, offset);
+                    true
                 }
-                taken[i] += t;
-                left -= t.min(left);
-            }
+                None => false,
+            },
+            FlowEvents::waiting,
+        );
+        if budget.limited() {
+            self.stats.limited.fetch_add(1, Relaxed);
         }
-        if rate != 0 {
-            self.budget.spend(taken.iter().sum());
-            if queues.iter().any(FlowEvents::waiting) {
-                self.budget.limited = true;
-                self.stats.limited.fetch_add(1, Relaxed);
-            }
-        }
+        self.budget = budget;
         let mut busiest = 0;
         for (q, t) in queues.iter_mut().zip(taken) {
             q.ring.release();

@@ -22,6 +22,7 @@
 //! them by SNMP or `ip link`.
 
 use fp_export::config::SflowSpec;
+use fp_export::rate::RateLimit;
 use fp_export::ring::{Consumer, Producer};
 use fp_export::sflow::{Agent, CounterSample, DatagramBuilder, FlowSample, IfCounters, Output};
 use fp_export::udp::Exporter;
@@ -198,6 +199,11 @@ impl Samples {
             }
         }
         None
+    }
+
+    /// Whether the worker published samples not taken yet.
+    pub fn waiting(&self) -> bool {
+        self.ring.waiting() > 0
     }
 
     /// Give the slots of the samples taken back to the worker.
@@ -446,6 +452,8 @@ pub struct SflowExporter {
     counters_sent: Option<Instant>,
     /// Settings whose socket could not be opened (not tried again until they change).
     failed: Option<SflowSpec>,
+    /// `sflow.max_samples_per_second`.
+    limit: RateLimit,
 }
 
 impl SflowExporter {
@@ -470,11 +478,13 @@ impl SflowExporter {
             started: Instant::now(),
             counters_sent: None,
             failed: None,
+            limit: RateLimit::new(),
         }
     }
 
     /// Drain every [`DRAIN_EVERY`] (at once again while a worker keeps its queue at least a
-    /// quarter full) until `stop` is set (then once more).
+    /// quarter full and the rate limit allows) until `stop` is set (then once more, without the
+    /// limit).
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         let capacity = self
             .queues
@@ -484,11 +494,11 @@ impl SflowExporter {
             .unwrap_or(0);
         loop {
             let stopping = stop.load(Relaxed);
-            let busiest = self.drain();
+            let busiest = self.drain_within(!stopping);
             if stopping {
                 return;
             }
-            if busiest < capacity / 4 {
+            if busiest < capacity / 4 || self.limit.limited() {
                 std::thread::sleep(DRAIN_EVERY);
             }
         }
@@ -503,6 +513,19 @@ impl SflowExporter {
         let spec = self.spec.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if self.current.as_ref().map(|c| &c.0) == spec.as_ref() || self.failed == spec {
             return;
+        }
+        // Only the rate limit changed: followed in place (the same socket and sequence).
+        if let (Some((cur, ..)), Some(new)) = (&mut self.current, &spec) {
+            let rate = new.max_samples_per_second;
+            if *cur
+                == (SflowSpec {
+                    max_samples_per_second: cur.max_samples_per_second,
+                    ..new.clone()
+                })
+            {
+                cur.max_samples_per_second = rate;
+                return;
+            }
         }
         self.failed = None;
         self.send();
@@ -539,21 +562,39 @@ impl SflowExporter {
         self.counters_sent = None;
     }
 
-    /// Take every waiting sample, send them, and the counters when due; returns the most samples
-    /// taken from one queue.
+    /// Take the waiting samples (as many as `sflow.max_samples_per_second` allows), send them,
+    /// and the counters when due; returns the most samples taken from one queue.
     pub fn drain(&mut self) -> usize {
+        self.drain_within(true)
+    }
+
+    /// [`SflowExporter::drain`], within the rate limit ([`fp_export::rate`]) or not.
+    fn drain_within(&mut self, limit: bool) -> usize {
         self.follow();
+        let rate = match &self.current {
+            Some((s, ..)) if limit => s.max_samples_per_second,
+            _ => 0,
+        };
         let mut queues = std::mem::take(&mut self.queues);
+        let mut budget = std::mem::take(&mut self.limit);
+        let taken = budget.take(
+            rate,
+            &mut queues,
+            |q| match q.take() {
+                Some(s) => {
+                    self.flow(&s);
+                    true
+                }
+                None => false,
+            },
+            Samples::waiting,
+        );
+        self.limit = budget;
         let mut busiest = 0;
-        for q in &mut queues {
-            let mut taken = 0u64;
-            while let Some(s) = q.take() {
-                taken += 1;
-                self.flow(&s);
-            }
+        for (q, t) in queues.iter_mut().zip(taken) {
             q.release();
-            q.counters.taken.fetch_add(taken, Relaxed);
-            busiest = busiest.max(taken as usize);
+            q.counters.taken.fetch_add(t, Relaxed);
+            busiest = busiest.max(t as usize);
         }
         self.queues = queues;
         if let Some((s, ..)) = &self.current {
