@@ -22,7 +22,7 @@
 //!
 //! Packets and bytes per connection are not counted: the connection entry is one 8-byte word
 //! (backend, last-seen time, flags), and counters would double it and add a write to every
-//! packet's entry (modelled in `flowplane-bench lb`, `conn_counters`: about a seventh of the
+//! packet's entry (modelled in `flowplane-bench lb`, `conn_counters`: about 15 % of the
 //! rate of established connections' packets); the sampled records estimate volumes instead.
 //!
 //! The workers never wait for the export. Each has a bounded queue of fixed-size [`FlowEvent`]s
