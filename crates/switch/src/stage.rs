@@ -223,6 +223,40 @@ const MOVE_REPORT_NS: u64 = 1_000_000_000;
 /// Most frames a worker gathers for one lookup ([`SwitchWorker::set_gather`]).
 pub const MAX_GATHER: usize = 1024;
 
+/// The VLAN cases of a [`SwitchWorker::flush`] call, each with its own frame loop: a
+/// VLAN-unaware switch, held frames all untagged in one VLAN, a VLAN word per held frame.
+const UNAWARE: u8 = 0;
+const ONE_VLAN: u8 = 1;
+const PER_FRAME: u8 = 2;
+
+/// What [`SwitchWorker::flush`] knows of the frames it switches: their keys, the lookups'
+/// answers, the call's plans, and what it counts and samples on the way.
+struct Held<'a> {
+    dst: &'a [u64],
+    src: &'a [u64],
+    held_in: &'a [u16],
+    out: &'a [Option<u16>],
+    seen: &'a [Option<u16>],
+    /// VLAN words per frame ([`PER_FRAME`]), or the one word of every frame ([`ONE_VLAN`]).
+    vl: &'a [u16],
+    run: u16,
+    /// With one VLAN ([`ONE_VLAN`]): the ports below 64 that send it untagged.
+    plain: u64,
+    ports: u16,
+    /// The port plan when the switch is VLAN-aware.
+    plan: Option<&'a PortPlan>,
+    /// The port plan (storm control, the spanning tree) whether or not VLAN-aware.
+    ports_plan: Option<&'a PortPlan>,
+    /// The port plan when the spanning tree runs.
+    stp: Option<&'a PortPlan>,
+    /// Indices of the frames picked for sFlow samples, ascending, and how many are passed.
+    picks: &'a [u32],
+    picked_at: usize,
+    forwarded: u64,
+    filtered: u64,
+    now_ns: u64,
+}
+
 /// One switch worker.
 pub struct SwitchWorker {
     fib: CompactReader,
@@ -249,8 +283,12 @@ pub struct SwitchWorker {
     /// The VLAN settings (none: VLAN-unaware), picked up between bursts when a reload changes
     /// them.
     vlans: Option<Cached<PortPlan>>,
-    /// VLAN word of every held frame (VLAN-aware only): id, [`TAGGED`], or [`DROPPED`].
+    /// VLAN word of every held frame (VLAN-aware only): id, [`TAGGED`], or [`DROPPED`]; empty
+    /// while `vl_run` stands for all of them.
     vl: Vec<u16>,
+    /// The one (untagged) VLAN word of every held frame when they all came untagged into ports
+    /// of one VLAN (an access port's traffic): switched without a word per frame.
+    vl_run: Option<u16>,
     /// Frames received and flooded per VLAN id (VLAN-aware only).
     per_vlan: Arc<VlanCounters>,
     /// Storm control's token buckets.
@@ -311,6 +349,7 @@ impl SwitchWorker {
             flooded: (0..ports).map(|_| Counter::default()).collect(),
             vlans: None,
             vl: Vec::with_capacity(64),
+            vl_run: None,
             per_vlan: Arc::new(VlanCounters::default()),
             storm: StormBuckets::new(ports as usize, 1),
             locks: None,
@@ -595,6 +634,12 @@ impl SwitchWorker {
         if pvid != 0 && self.take_untagged(in_port, rx, pvid, pfid) {
             return;
         }
+        if self.held.is_empty() {
+            self.vl_run = None;
+            self.vl.clear();
+        } else {
+            self.spill_run();
+        }
         let (mut run_vid, mut run) = (0u16, 0u64);
         for p in rx.iter() {
             let d = p.data();
@@ -642,27 +687,55 @@ impl SwitchWorker {
 
     /// [`SwitchWorker::take_vlan`] for a burst of untagged frames on a port with an untagged
     /// VLAN (an access port's traffic): the keys as a VLAN-unaware switch takes them with the
-    /// VLAN's FID above, the VLAN word and the per-VLAN count once for the burst. `false`, with
-    /// nothing taken, when a frame is tagged or a runt (the general path takes that burst).
+    /// VLAN's FID above, the VLAN word and the per-VLAN count once for the burst (and, while every
+    /// held frame is in that VLAN, no word per frame: `vl_run`). `false`, with nothing taken,
+    /// when a frame is tagged or a runt (the general path takes that burst).
     #[inline(always)]
     fn take_untagged(&mut self, in_port: u16, rx: &mut Vec<Packet>, pvid: u16, pfid: u64) -> bool {
-        let tpid = vlan::TPID.to_be_bytes();
-        if rx
-            .iter()
-            .any(|p| p.data().get(12..14).is_none_or(|t| t == tpid))
-        {
+        let start = self.src.len();
+        // One pass for the sources and the test (the 8 bytes read for the source end with the
+        // EtherType): a tagged frame or a runt undoes it.
+        let mut other = false;
+        self.src.extend(rx.iter().map(|p| match p.data().get(..14) {
+            Some(h) => {
+                let w = u64::from_be_bytes(h[6..14].try_into().expect("8 bytes"));
+                other |= w as u16 == vlan::TPID;
+                w >> 16 | pfid
+            }
+            None => {
+                other = true;
+                0
+            }
+        }));
+        if other {
+            self.src.truncate(start);
             return false;
         }
         let n = rx.len();
         self.dst
             .extend(rx.iter().map(|p| mac_at(p.data(), 0) | pfid));
-        self.src
-            .extend(rx.iter().map(|p| mac_at(p.data(), 6) | pfid));
         self.held_in.resize(self.held_in.len() + n, in_port);
-        self.vl.resize(self.vl.len() + n, pvid);
+        match self.vl_run {
+            _ if self.held.is_empty() => self.vl_run = Some(pvid),
+            Some(w) if w == pvid => {}
+            _ => {
+                self.spill_run();
+                self.vl.resize(self.vl.len() + n, pvid);
+            }
+        }
         self.per_vlan.rx[pvid as usize].add(n as u64);
         self.hold(rx);
         true
+    }
+
+    /// Give every held frame its own VLAN word again (a burst not of the held frames' one VLAN
+    /// joins them).
+    #[inline]
+    fn spill_run(&mut self) {
+        if let Some(w) = self.vl_run.take() {
+            self.vl.clear();
+            self.vl.resize(self.held.len(), w);
+        }
     }
 
     /// Move the frames of `rx` behind those held.
@@ -710,193 +783,57 @@ impl SwitchWorker {
             seen.resize(n, None);
             self.lookup(&src, &mut seen);
         }
-        // Counted locally and published once per call: the counters are shared with the metrics
-        // reader, so per-frame updates would be a load and a store to memory each.
-        let (mut forwarded, mut filtered) = (0u64, 0u64);
-        let ports = self.ports;
         let vlans = self.vlans.take();
         let ports_plan = vlans.as_ref().map(|c| &**c.get());
         let plan = ports_plan.filter(|p| p.aware());
-        let stp = ports_plan.filter(|pp| pp.stp_on());
         let vl = std::mem::take(&mut self.vl);
-        // sFlow: the frames picked for samples, and the sample of the frame being switched
-        // (where it went is filled in below; it is handed over when the next frame starts).
+        let run = self.vl_run.take();
+        // sFlow: the frames picked for samples.
         let picks = self.sampler.as_mut().map(Sampler::take_picked);
-        let mut pick = picks.as_ref().and_then(|v| v.first().copied());
-        let mut picked_at = 0;
-        let mut sample: Option<Sample> = None;
-        for (i, mut p) in held.drain(..).enumerate() {
-            let (d, s, in_port) = (dst[i], src[i], held_in[i]);
-            if let Some(done) = sample.take() {
-                self.queue_sample(done);
+        // The held frames' slices, of the held count: with indices from a range of it, no
+        // bounds test per frame.
+        let mut f = Held {
+            dst: &dst[..n],
+            src: &src[..n],
+            held_in: &held_in[..n],
+            out: &out[..n],
+            seen: &seen,
+            vl: &vl,
+            run: run.unwrap_or(0),
+            plain: match (plan, run) {
+                (Some(plan), Some(w)) => (0..self.ports.min(64))
+                    .filter(|&port| plan.untagged_vid(port) == w & 0xfff)
+                    .fold(0, |m, port| m | 1 << port),
+                _ => 0,
+            },
+            ports: self.ports,
+            plan,
+            ports_plan,
+            stp: ports_plan.filter(|pp| pp.stp_on()),
+            picks: picks.as_deref().unwrap_or(&[]),
+            picked_at: 0,
+            forwarded: 0,
+            filtered: 0,
+            now_ns,
+        };
+        // The frame loop made once for each VLAN case, so that what holds for every frame of
+        // the call is no test per frame: a VLAN-unaware switch, held frames all of one VLAN
+        // (untagged on access ports: `vl_run`), or a VLAN word per frame.
+        let frames = (0..n).zip(held.drain(..));
+        match (plan, run) {
+            (None, _) => {
+                frames.for_each(|(i, p)| self.switch_sampled::<UNAWARE>(&mut f, i, p, tx, pool))
             }
-            if pick == Some(i as u32) {
-                if let Some(s) = &mut self.sampler {
-                    if s.room() {
-                        sample = Some(Sample::of(in_port, p.data()));
-                    } else {
-                        s.missed(in_port);
-                    }
-                }
-                picked_at += 1;
-                pick = picks.as_ref().and_then(|v| v.get(picked_at).copied());
+            (Some(_), Some(_)) => {
+                frames.for_each(|(i, p)| self.switch_sampled::<ONE_VLAN>(&mut f, i, p, tx, pool))
             }
-            if p.len() < 14 {
-                self.stats.runt.inc();
-                pool.put(p);
-                continue;
-            }
-            // Spanning tree: BPDUs go to the control side, whatever the port's state or VLANs.
-            if stp.is_some() && d & fp_cuckoo::COMPACT_MAX_KEY == BPDU_KEY {
-                if let Some(smp) = &mut sample {
-                    smp.went = Went::Internal;
-                }
-                self.to_control(in_port, p.data());
-                pool.put(p);
-                continue;
-            }
-            // VLAN id and tag (VLAN-aware), or why the frame has no VLAN on its port.
-            let (vid, tagged) = match plan {
-                None => (0, false),
-                Some(_) if vl[i] & DROPPED != 0 => {
-                    match vl[i] & 3 {
-                        0 => self.stats.vlan_untagged.inc(),
-                        1 => self.stats.vlan_not_member.inc(),
-                        _ => self.stats.vlan_truncated.inc(),
-                    }
-                    pool.put(p);
-                    continue;
-                }
-                Some(_) => (vl[i] & 0xfff, vl[i] & TAGGED != 0),
-            };
-            // The switch does not translate VLANs: a frame leaves in the VLAN it came in.
-            if let (Some(smp), Some(_)) = (&mut sample, plan) {
-                smp.vlans = Some((vid, vid));
-            }
-            if is_group(s) {
-                self.stats.bad_source.inc();
-                pool.put(p);
-                continue;
-            }
-            // Spanning tree: a discarding port neither learns nor forwards; a learning one
-            // learns only.
-            let (learn, forward) = match stp {
-                None => (self.learning, true),
-                Some(pp) => (self.learning && pp.learns(in_port), pp.forwards(in_port)),
-            };
-            // Port security: a port with its limit of learned MACs takes no new source.
-            if learn
-                && seen[i] != Some(in_port)
-                && self.locks.as_ref().is_some_and(|l| l.locked(in_port))
-            {
-                self.stats.port_security.inc();
-                pool.put(p);
-                continue;
-            }
-            // Learning: a new source, a moved one, or one whose age needs refreshing.
-            if learn {
-                let due = match seen[i] {
-                    Some(p) if p == in_port => self.refresh_due(s, in_port, now_ns),
-                    _ => !self.reported_recently(s, in_port, now_ns),
-                };
-                if due {
-                    self.report(s, vid, in_port, now_ns);
-                }
-            }
-            if is_group(d) && is_link_local(d) {
-                self.stats.link_local.inc();
-                pool.put(p);
-                continue;
-            }
-            if !forward {
-                self.stats.stp_blocked.inc();
-                pool.put(p);
-                continue;
-            }
-            match (is_group(d), out[i]) {
-                (false, Some(port)) if port == in_port => {
-                    filtered += 1;
-                    pool.put(p);
-                }
-                (false, Some(port)) if stp.is_some_and(|pp| !pp.forwards(port)) && port < ports => {
-                    self.stats.stp_blocked.inc();
-                    pool.put(p);
-                }
-                (false, Some(port)) if port < ports => match plan {
-                    None => {
-                        forwarded += 1;
-                        if let Some(smp) = &mut sample {
-                            smp.went = Went::Port(port);
-                        }
-                        tx[port as usize].push(p);
-                    }
-                    // Untagged in, untagged out (access to access): nothing to change.
-                    Some(plan) if !tagged && plan.untagged_vid(port) == vid => {
-                        forwarded += 1;
-                        if let Some(smp) = &mut sample {
-                            smp.went = Went::Port(port);
-                        }
-                        tx[port as usize].push(p);
-                    }
-                    Some(plan) if plan.is_member(port, vid) => {
-                        forwarded += 1;
-                        if let Some(smp) = &mut sample {
-                            smp.went = Went::Port(port);
-                        }
-                        shape(plan, port, vid, tagged, &mut p);
-                        tx[port as usize].push(p);
-                    }
-                    Some(_) => {
-                        self.stats.vlan_egress.inc();
-                        pool.put(p);
-                    }
-                },
-                (true, _) if is_link_local(d) => {
-                    self.stats.link_local.inc();
-                    pool.put(p);
-                }
-                (group, _) => {
-                    // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
-                    if let Some(limits) = ports_plan.and_then(|pp| pp.storm(in_port)) {
-                        let kind = match (group, d & fp_cuckoo::COMPACT_MAX_KEY) {
-                            (false, _) => Kind::UnknownUnicast,
-                            (true, 0xffff_ffff_ffff) => Kind::Broadcast,
-                            (true, _) => Kind::Multicast,
-                        };
-                        if !self.storm.admit(limits, in_port, kind, now_ns) {
-                            match kind {
-                                Kind::Broadcast => self.stats.storm_broadcast.inc(),
-                                Kind::Multicast => self.stats.storm_multicast.inc(),
-                                Kind::UnknownUnicast => self.stats.storm_unknown_unicast.inc(),
-                            }
-                            pool.put(p);
-                            continue;
-                        }
-                    }
-                    if !group {
-                        self.stats.unknown_unicast.inc();
-                    }
-                    self.stats.flooded.inc();
-                    self.flooded[in_port as usize].inc();
-                    if let Some(smp) = &mut sample {
-                        smp.went = self.flood_width(ports_plan, in_port, vid);
-                    }
-                    match plan {
-                        None if stp.is_some() => {
-                            self.flood_vlan(stp.expect("checked"), in_port, 0, false, p, tx, pool)
-                        }
-                        None => self.flood(in_port, p, tx, pool),
-                        Some(plan) => {
-                            self.per_vlan.flooded[vid as usize].inc();
-                            self.flood_vlan(plan, in_port, vid, tagged, p, tx, pool);
-                        }
-                    }
-                }
+            (Some(_), None) => {
+                frames.for_each(|(i, p)| self.switch_sampled::<PER_FRAME>(&mut f, i, p, tx, pool))
             }
         }
-        if let Some(done) = sample.take() {
-            self.queue_sample(done);
-        }
+        // Counted locally and published once per call: the counters are shared with the metrics
+        // reader, so per-frame updates would be a load and a store to memory each.
+        let (forwarded, filtered) = (f.forwarded, f.filtered);
         if let (Some(s), Some(v)) = (&mut self.sampler, picks) {
             s.put_picked(v);
             s.publish();
@@ -918,6 +855,214 @@ impl SwitchWorker {
         held_in.clear();
         (self.dst, self.src, self.out, self.seen) = (dst, src, out, seen);
         (self.held, self.held_in) = (held, held_in);
+    }
+
+    /// [`SwitchWorker::switch`] held frame `i` (`p`), and, if sFlow picked it, hand over its
+    /// sample with where it went.
+    #[inline(always)]
+    fn switch_sampled<const M: u8>(
+        &mut self,
+        f: &mut Held<'_>,
+        i: usize,
+        p: Packet,
+        tx: &mut [Vec<Packet>],
+        pool: &mut Pool,
+    ) {
+        if f.picks.get(f.picked_at) != Some(&(i as u32)) {
+            // What the frame's fate says is unused (and not computed) when it is not sampled.
+            self.switch::<M>(f, i, p, tx, pool);
+            return;
+        }
+        f.picked_at += 1;
+        let in_port = f.held_in[i];
+        let sample = self.sampler.as_mut().and_then(|s| {
+            if s.room() {
+                Some(Sample::of(in_port, p.data()))
+            } else {
+                s.missed(in_port);
+                None
+            }
+        });
+        let (went, vid) = self.switch::<M>(f, i, p, tx, pool);
+        if let Some(mut smp) = sample {
+            smp.went = went;
+            // The switch does not translate VLANs: a frame leaves in the VLAN it came in.
+            smp.vlans = vid.map(|v| (v, v));
+            self.queue_sample(smp);
+        }
+    }
+
+    /// Switch held frame `i` (`p`): into `tx` for its output port(s), or dropped (counted) into
+    /// `pool`. `M` is the call's VLAN case ([`UNAWARE`], [`ONE_VLAN`], [`PER_FRAME`]). Returns
+    /// where the frame went and, in a VLAN-aware switch, its VLAN once it has one.
+    #[inline(always)]
+    fn switch<const M: u8>(
+        &mut self,
+        f: &mut Held<'_>,
+        i: usize,
+        mut p: Packet,
+        tx: &mut [Vec<Packet>],
+        pool: &mut Pool,
+    ) -> (Went, Option<u16>) {
+        let (d, s, in_port) = (f.dst[i], f.src[i], f.held_in[i]);
+        if p.len() < 14 {
+            self.stats.runt.inc();
+            pool.put(p);
+            return (Went::Dropped, None);
+        }
+        let (plan, stp) = (f.plan.filter(|_| M != UNAWARE), f.stp);
+        // Spanning tree: BPDUs go to the control side, whatever the port's state or VLANs.
+        if stp.is_some() && d & fp_cuckoo::COMPACT_MAX_KEY == BPDU_KEY {
+            self.to_control(in_port, p.data());
+            pool.put(p);
+            return (Went::Internal, None);
+        }
+        // VLAN id and tag (VLAN-aware), or why the frame has no VLAN on its port.
+        let (vid, tagged) = match M {
+            UNAWARE => (0, false),
+            // The held frames' one word: untagged, never a drop.
+            ONE_VLAN => (f.run & 0xfff, false),
+            _ => {
+                let w = f.vl[i];
+                if w & DROPPED != 0 {
+                    match w & 3 {
+                        0 => self.stats.vlan_untagged.inc(),
+                        1 => self.stats.vlan_not_member.inc(),
+                        _ => self.stats.vlan_truncated.inc(),
+                    }
+                    pool.put(p);
+                    return (Went::Dropped, None);
+                }
+                (w & 0xfff, w & TAGGED != 0)
+            }
+        };
+        let vlan = plan.map(|_| vid);
+        let dropped = (Went::Dropped, vlan);
+        if is_group(s) {
+            self.stats.bad_source.inc();
+            pool.put(p);
+            return dropped;
+        }
+        // Spanning tree: a discarding port neither learns nor forwards; a learning one
+        // learns only.
+        let (learn, forward) = match stp {
+            None => (self.learning, true),
+            Some(pp) => (self.learning && pp.learns(in_port), pp.forwards(in_port)),
+        };
+        // Port security: a port with its limit of learned MACs takes no new source.
+        if learn
+            && f.seen[i] != Some(in_port)
+            && self.locks.as_ref().is_some_and(|l| l.locked(in_port))
+        {
+            self.stats.port_security.inc();
+            pool.put(p);
+            return dropped;
+        }
+        // Learning: a new source, a moved one, or one whose age needs refreshing.
+        if learn {
+            let due = match f.seen[i] {
+                Some(p) if p == in_port => self.refresh_due(s, in_port, f.now_ns),
+                _ => !self.reported_recently(s, in_port, f.now_ns),
+            };
+            if due {
+                self.report(s, vid, in_port, f.now_ns);
+            }
+        }
+        if is_group(d) && is_link_local(d) {
+            self.stats.link_local.inc();
+            pool.put(p);
+            return dropped;
+        }
+        if !forward {
+            self.stats.stp_blocked.inc();
+            pool.put(p);
+            return dropped;
+        }
+        let ports = f.ports;
+        match (is_group(d), f.out[i]) {
+            (false, Some(port)) if port == in_port => {
+                f.filtered += 1;
+                pool.put(p);
+                dropped
+            }
+            (false, Some(port)) if stp.is_some_and(|pp| !pp.forwards(port)) && port < ports => {
+                self.stats.stp_blocked.inc();
+                pool.put(p);
+                dropped
+            }
+            (false, Some(port)) if port < ports => match plan {
+                None => {
+                    f.forwarded += 1;
+                    tx[port as usize].push(p);
+                    (Went::Port(port), vlan)
+                }
+                // Untagged in, untagged out (access to access): nothing to change.
+                Some(plan)
+                    if !tagged
+                        && if M == ONE_VLAN && port < 64 {
+                            f.plain >> port & 1 == 1
+                        } else {
+                            plan.untagged_vid(port) == vid
+                        } =>
+                {
+                    f.forwarded += 1;
+                    tx[port as usize].push(p);
+                    (Went::Port(port), vlan)
+                }
+                Some(plan) if plan.is_member(port, vid) => {
+                    f.forwarded += 1;
+                    shape(plan, port, vid, tagged, &mut p);
+                    tx[port as usize].push(p);
+                    (Went::Port(port), vlan)
+                }
+                Some(_) => {
+                    self.stats.vlan_egress.inc();
+                    pool.put(p);
+                    dropped
+                }
+            },
+            (true, _) if is_link_local(d) => {
+                self.stats.link_local.inc();
+                pool.put(p);
+                dropped
+            }
+            (group, _) => {
+                // Broadcast, multicast, unknown unicast (or a port beyond this switch's).
+                if let Some(limits) = f.ports_plan.and_then(|pp| pp.storm(in_port)) {
+                    let kind = match (group, d & fp_cuckoo::COMPACT_MAX_KEY) {
+                        (false, _) => Kind::UnknownUnicast,
+                        (true, 0xffff_ffff_ffff) => Kind::Broadcast,
+                        (true, _) => Kind::Multicast,
+                    };
+                    if !self.storm.admit(limits, in_port, kind, f.now_ns) {
+                        match kind {
+                            Kind::Broadcast => self.stats.storm_broadcast.inc(),
+                            Kind::Multicast => self.stats.storm_multicast.inc(),
+                            Kind::UnknownUnicast => self.stats.storm_unknown_unicast.inc(),
+                        }
+                        pool.put(p);
+                        return dropped;
+                    }
+                }
+                if !group {
+                    self.stats.unknown_unicast.inc();
+                }
+                self.stats.flooded.inc();
+                self.flooded[in_port as usize].inc();
+                let went = self.flood_width(f.ports_plan, in_port, vid);
+                match plan {
+                    None if stp.is_some() => {
+                        self.flood_vlan(stp.expect("checked"), in_port, 0, false, p, tx, pool)
+                    }
+                    None => self.flood(in_port, p, tx, pool),
+                    Some(plan) => {
+                        self.per_vlan.flooded[vid as usize].inc();
+                        self.flood_vlan(plan, in_port, vid, tagged, p, tx, pool);
+                    }
+                }
+                (went, vlan)
+            }
+        }
     }
 
     /// Hand a finished sample to the sFlow exporter.
@@ -1927,6 +2072,64 @@ mod tests {
             assert_eq!(whole.c.lookup_in(10, m), single.c.lookup_in(10, m));
         }
         assert_eq!(whole.c.lookup_in(10, C), Some(0));
+    }
+
+    #[test]
+    fn gathered_bursts_of_several_vlans_go_out_as_each_alone_would() {
+        // Bursts held together by a gathering worker: untagged ones of one VLAN (held without a
+        // word per frame), then one of another VLAN, a tagged one from a trunk, a runt and an
+        // untagged one of the first VLAN again (each giving every held frame its own word).
+        let d = MacAddr::from_u64(0x0200_0000_000d);
+        let bursts: Vec<(u16, Vec<Vec<u8>>)> = vec![
+            (0, vec![frame(BCAST, A), frame(B, A)]),
+            (0, vec![frame(C, A), frame(BCAST, A)]),
+            (1, vec![frame(BCAST, C), frame(A, C)]),
+            (2, vec![tagged(BCAST, d, Some(20)), tagged(A, d, Some(10))]),
+            (0, vec![vec![0xff; 10], frame(d, A)]),
+            (3, vec![frame(A, B), tagged(C, B, Some(20))]),
+        ];
+        let (mut gathering, mut alone) = (vlan_switch(), vlan_switch());
+        for s in [&mut gathering, &mut alone] {
+            assert_eq!(s.exchange(3, frame(BCAST, B), 1).len(), 2);
+            assert_eq!(s.exchange(1, frame(BCAST, C), 1).len(), 2);
+        }
+        gathering.w.set_gather(256);
+        let mut outs = (vec![Vec::new(); 4], vec![Vec::new(); 4]);
+        for (s, out) in [(&mut gathering, &mut outs.0), (&mut alone, &mut outs.1)] {
+            for (port, frames) in &bursts {
+                let mut rx = burst();
+                for f in frames {
+                    let mut p = s.pool.get().unwrap();
+                    p.fill(f);
+                    rx.push(p);
+                }
+                s.w.process(*port, &mut rx, &mut s.tx, &mut s.pool, 2);
+            }
+            assert_eq!(s.w.held() > 0, s.w.gather > 1);
+            s.w.flush(&mut s.tx, &mut s.pool, 2);
+            for (o, f) in out.iter_mut().zip(drain_tx(&mut s.tx, &mut s.pool)) {
+                o.extend(f);
+            }
+            s.c.drain();
+        }
+        assert_eq!(outs.0, outs.1);
+        // VLAN 10's broadcast from A left tagged on trunk 2 and untagged on port 3 (its native
+        // VLAN), never on port 1 (VLAN 20); C, learned in VLAN 20, is unknown in VLAN 10.
+        assert!(outs.0[2].contains(&tagged(BCAST, A, Some(10))));
+        assert!(outs.0[3].contains(&frame(BCAST, A)));
+        assert!(!outs.0[1].iter().any(|f| f[6..12] == A.octets()));
+        let counts = |s: &Sw| {
+            let v = s.w.vlan_counters();
+            (v.rx[10].get(), v.rx[20].get(), s.w.stats().values())
+        };
+        assert_eq!(counts(&gathering), counts(&alone));
+        for vid in [10, 20] {
+            for m in [A, B, C, d] {
+                assert_eq!(gathering.c.lookup_in(vid, m), alone.c.lookup_in(vid, m));
+            }
+        }
+        assert_eq!(gathering.c.lookup_in(20, d), Some(2));
+        assert_eq!(gathering.w.stats().runt.get(), 1);
     }
 
     #[test]
