@@ -108,8 +108,8 @@ def source(run):
     command = p.get("command", "?").replace(".json.tmp", ".json")
     return (
         f"`{command}` — docs/results/{run.path.name} ({p.get('date', '?')[:16].replace('T', ' ')} UTC; "
-        f"{m.get('cpus', '?')} CPUs, Linux {m.get('kernel', '?')}, THP {m.get('thp', '?')}, "
-        f"{m.get('hugepages_2m_reserved', 0)} huge pages reserved, heap on {m.get('heap_pages', '?')} pages)."
+        f"{m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, Linux {m.get('kernel', '?')}, "
+        f"THP {m.get('thp', '?')}, {m.get('hugepages_2m_reserved', 0)} huge pages reserved, heap on {m.get('heap_pages', '?')} pages)."
     )
 
 
