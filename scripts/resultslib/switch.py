@@ -332,9 +332,11 @@ def t_vlan(runs):
                 num(u["peer_value"]),
                 num(u["value"]),
                 ratio(u.get("ratio")),
+                ratio(u["params"].get("round_ratio_median")),
                 num(t["peer_value"]),
                 num(t["value"]),
                 ratio(t.get("ratio")),
+                ratio(t["params"].get("round_ratio_median")),
                 f'{u["params"].get("peer_pages", "")} / {u["params"].get("pages", "")}',
             ]
         )
@@ -343,8 +345,10 @@ def t_vlan(runs):
         "in the VLAN-aware switch, whose FIB keys are (FID, MAC) words); each FIB built after "
         "compacting memory, with the share of it the kernel gave 2 MiB pages measured; each VLAN-aware case "
         "alternated with the unaware worker alone, so each table starts its rounds as warm as the other "
-        "(the best of 4 times the rounds of the other cases, each a quarter as long, so that the two "
-        "runs of a round are close in time):\n\n"
+        "(4 times the rounds of the other cases, each a quarter as long, so that the two "
+        "runs of a round are close in time). The rates are each worker's best round, *ratio* is theirs, "
+        "*median* is the median over rounds of the ratio within a round (a spell of load from the "
+        "machine's other tenants slows both runs of a round and cancels out of it):\n\n"
     )
     out += table(
         [
@@ -352,13 +356,15 @@ def t_vlan(runs):
             "VLAN-unaware, untagged, Mpps",
             "VLAN-aware, untagged on access ports, Mpps",
             "ratio",
+            "median",
             "VLAN-unaware, untagged, Mpps",
             "VLAN-aware, tagged from a trunk, popped to access ports, Mpps",
             "ratio",
+            "median",
             "pages (unaware / aware)",
         ],
         rows,
-        ["---:"] * 7 + ["---"],
+        ["---:"] * 9 + ["---"],
     )
     return out + "\n\n" + source(r)
 

@@ -170,6 +170,30 @@ pub fn contest(rounds: usize, runs: &[&dyn Fn() -> Result<f64>]) -> Result<Vec<f
     Ok(best)
 }
 
+/// Two competitors in alternating rounds (in both orders), as [`contest`]: each one's best round,
+/// and the median over rounds of `b / a` within a round. The two runs of a round are next to each
+/// other in time, so a spell of background load that slows one round of both cancels out of its
+/// ratio; the median is the robust figure where such spells are common.
+pub fn paired(
+    rounds: usize,
+    a: &dyn Fn() -> Result<f64>,
+    b: &dyn Fn() -> Result<f64>,
+) -> Result<(f64, f64, f64)> {
+    let (mut best, mut ratios) = ((0.0f64, 0.0f64), Vec::new());
+    for round in 0..rounds.max(1) {
+        let (x, y) = if round % 2 == 0 {
+            let x = a()?;
+            (x, b()?)
+        } else {
+            let y = b()?;
+            (a()?, y)
+        };
+        best = (best.0.max(x), best.1.max(y));
+        ratios.push(y / x);
+    }
+    Ok((best.0, best.1, median(ratios)))
+}
+
 /// Whether a larger value is better (throughput) or a smaller one (latency, bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Better {
