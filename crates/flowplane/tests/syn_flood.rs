@@ -33,8 +33,9 @@
 //! The attacker sits on the bridge and sends Ethernet frames straight to the balancer's MAC:
 //! TCP SYNs to the VIP from random sources in 198.18.0.0/15 and random ports, with valid IPv4 and
 //! TCP checksums, from one thread through an AF_PACKET socket (fp-engine's port, `sendmmsg`), as
-//! fast as that thread can for 4 s (spoofed sources could not come through the router, whose
-//! strict reverse-path filter would drop them). The backends answer the flood's SYNs towards
+//! fast as that thread can up to 60 000 a second, until b4 has come up and a second more
+//! (spoofed sources could not come through the router, whose strict reverse-path filter would
+//! drop them). The backends answer the flood's SYNs towards
 //! those sources; the router blackholes 198.18.0.0/15 (the replies of spoofed SYNs go to the
 //! internet), so no ICMP error about them comes back to the VIP.
 //!
@@ -46,7 +47,7 @@
 //!    SYNs' embryonic entries are confirmed by the handshake: `flowplane_conn_embryonic_total
 //!    {event="confirmed"}` is exactly 40 (it counts entries, also when a connection's ACK and
 //!    request reach the balancer in one burst).
-//! 3. wrk (2 threads, 20 keep-alive connections, 8 s) starts, then the flood: both workers reach
+//! 3. wrk (2 threads, 20 keep-alive connections, 20 s) starts, then the flood: both workers reach
 //!    table pressure (`flowplane_syn_guard_mode` 2, shown on the status page), and SYNs are
 //!    bypassed (`flowplane_syn_guard_bypass_total{reason="pressure"}` grows, `reason="rate"`
 //!    stays 0: no rate limit is configured).
@@ -84,6 +85,8 @@ use fp_pipeline::packet::{burst, Pool, MAX_BURST};
 use fp_testnet::{Netns, Proc, WrkOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -94,7 +97,15 @@ const SYN_TIMEOUT_MS: u64 = 2000;
 /// Spoofed sources: 198.18.0.0/15 (RFC 2544's benchmarking range).
 const FLOOD_NET: u32 = 0xc612_0000;
 const FLOOD_MASK: u32 = 0x0001_ffff;
-const FLOOD_TIME: Duration = Duration::from_secs(4);
+/// The flood runs until b4 is up and then [`FLOOD_AFTER_B4`] more (the connections opened under
+/// it may wait out SYN retransmission timeouts first, seconds on a slow machine), at most this.
+const FLOOD_TIME: Duration = Duration::from_secs(30);
+const FLOOD_AFTER_B4: Duration = Duration::from_secs(1);
+/// Most SYNs a second the flood sends: several times what keeps both tables at the pressure mark
+/// (16 384 entries each, refilled every `SYN_TIMEOUT_MS`), and no more, so that on a slow 2-core
+/// machine the sender, the balancer, nginx and wrk still share the cores (a flood that takes all
+/// of them tests the machine's overload, not the guard).
+const FLOOD_RATE: f64 = 60_000.0;
 /// Connections opened before the flood, and under it.
 const HELD_BEFORE: usize = 40;
 const HELD_DURING: usize = 20;
@@ -241,12 +252,13 @@ fn thread_cpu() -> Result<(f64, f64)> {
 
 /// Start the flood in `attacker`: SYNs to `vip:80` out of its `eth0` to `dst_mac`, from random
 /// sources of 198.18.0.0/15 and random ports ≥ 1024, bursts of [`MAX_BURST`] frames per
-/// `sendmmsg`, as fast as the thread goes, for `length`.
+/// `sendmmsg`, at most [`FLOOD_RATE`] a second, until `stop` is set or for at most `length`.
 fn start_flood(
     attacker: &Netns,
     dst_mac: [u8; 6],
     vip: Ipv4Addr,
     length: Duration,
+    stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<Result<Flood>>> {
     let src_mac = attacker.link("eth0").mac()?;
     Ok(attacker.spawn_thread(move || -> Result<Flood> {
@@ -261,7 +273,11 @@ fn start_flood(
         let (mut sent, mut tried) = (0u64, 0u64);
         let cpu0 = thread_cpu()?;
         let t0 = Instant::now();
-        while t0.elapsed() < length {
+        while t0.elapsed() < length && !stop.load(Ordering::Relaxed) {
+            if tried as f64 > FLOOD_RATE * t0.elapsed().as_secs_f64() {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
             while batch.len() < MAX_BURST {
                 let Some(mut p) = pool.get() else { break };
                 let r = next_random(&mut rng);
@@ -463,7 +479,7 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     let wrk_opts = WrkOptions {
         threads: 2,
         connections: 20,
-        duration: Duration::from_secs(8),
+        duration: Duration::from_secs(20),
         timeout: Duration::from_secs(2),
     };
     let m0 = Metrics::scrape(lb)?;
@@ -474,7 +490,14 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
     wait_vip_packets(lb, "wrk's load to reach the balancer", "web", pk0, 500.0)?;
     let vip: Ipv4Addr = VIP.parse()?;
     let t_flood = Instant::now();
-    let flood = start_flood(&attacker, lab.lb.link("eth0").mac()?, vip, FLOOD_TIME)?;
+    let stop_flood = Arc::new(AtomicBool::new(false));
+    let flood = start_flood(
+        &attacker,
+        lab.lb.link("eth0").mac()?,
+        vip,
+        FLOOD_TIME,
+        stop_flood.clone(),
+    )?;
     let pressure_after = wait_for(
         "both workers to reach table pressure under the flood",
         Duration::from_secs(3),
@@ -540,6 +563,8 @@ fn scenario(lab: &Lab, driver: &str, balancer: &mut Option<Proc>, t0: Instant) -
         "b4 came up {b4_at:?} into the flood, not before its end ({FLOOD_TIME:?}): the Maglev \
          table did not change under the flood"
     );
+    std::thread::sleep(FLOOD_AFTER_B4);
+    stop_flood.store(true, Ordering::Relaxed);
     // The table until the flood ends; the last scrape is its state at the end.
     let mut end = Metrics::scrape(lb)?;
     let mut samples = 0;
