@@ -244,7 +244,8 @@ struct Held<'a> {
     /// VLAN words per frame ([`PER_FRAME`]), or the one word of every frame ([`ONE_VLAN`]).
     vl: &'a [u16],
     run: u16,
-    /// With one VLAN ([`ONE_VLAN`]): the ports below 64 that send it untagged.
+    /// With one VLAN ([`ONE_VLAN`], a switch of at most 64 ports): the ports that send it
+    /// untagged.
     plain: u64,
     ports: u16,
     /// The port plan when the switch is VLAN-aware.
@@ -720,7 +721,8 @@ impl SwitchWorker {
             .extend(rx.iter().map(|p| mac_at(p.data(), 0) | pfid));
         self.held_in.resize(self.held_in.len() + n, in_port);
         match self.vl_run {
-            _ if self.held.is_empty() => self.vl_run = Some(pvid),
+            // The one-VLAN loop tests untagged egress in a 64-bit port mask.
+            _ if self.held.is_empty() && self.ports <= 64 => self.vl_run = Some(pvid),
             Some(w) if w == pvid => {}
             _ => {
                 self.spill_run();
@@ -914,7 +916,8 @@ impl SwitchWorker {
         pool: &mut Pool,
     ) -> (Went, Option<u16>) {
         let (d, s, in_port) = (f.dst[i], f.src[i], f.held_in[i]);
-        if p.len() < 14 {
+        // Frames of one VLAN ([`ONE_VLAN`]) all passed `take_untagged`, which takes no runt.
+        if M != ONE_VLAN && p.len() < 14 {
             self.stats.runt.inc();
             pool.put(p);
             return (Went::Dropped, None);
@@ -1008,8 +1011,10 @@ impl SwitchWorker {
                 // Untagged in, untagged out (access to access): nothing to change.
                 Some(plan)
                     if !tagged
-                        && if M == ONE_VLAN && port < 64 {
-                            f.plain >> port & 1 == 1
+                        && if M == ONE_VLAN {
+                            // `port < ports <= 64` (`take_untagged` holds one-VLAN runs only
+                            // then): the mask has its bit.
+                            f.plain >> (port & 63) & 1 == 1
                         } else {
                             plan.untagged_vid(port) == vid
                         } =>
@@ -2080,6 +2085,72 @@ mod tests {
             assert_eq!(whole.c.lookup_in(10, m), single.c.lookup_in(10, m));
         }
         assert_eq!(whole.c.lookup_in(10, C), Some(0));
+    }
+
+    #[test]
+    fn untagged_egress_is_right_on_ports_beyond_64() {
+        // 70 ports: 0, 1 and 66 access ports of VLAN 10, 65 a trunk of it (65 and 1 share their
+        // low six bits), 69 a trunk with native VLAN 10, the rest access ports of VLAN 20. A
+        // burst of untagged frames from port 0 to hosts learned behind 66, 65 and 69 leaves
+        // untagged, tagged, untagged; its broadcast reaches 1, 66 and 69 untagged and 65 tagged
+        // only.
+        let ports = 70u16;
+        let (fw, fr) = CompactMap::with_value_bits(
+            &Config::with_capacity(1000),
+            crate::vlan::value_bits(ports as usize),
+        )
+        .unwrap();
+        let (ltx, lrx) = learn_queue(64);
+        let aging = 300 * 1_000_000_000;
+        let mut c = SwitchControl::new(fw, lrx, aging);
+        use crate::vlan::PortVlans;
+        let mut modes = vec![PortVlans::Access(20); ports as usize];
+        for p in [0, 1, 66] {
+            modes[p] = PortVlans::Access(10);
+        }
+        modes[65] = PortVlans::Trunk {
+            allowed: vec![10],
+            native: None,
+        };
+        modes[69] = PortVlans::Trunk {
+            allowed: vec![10, 20],
+            native: Some(10),
+        };
+        c.set_vlans(ports as usize, Some(modes)).unwrap();
+        let mut w = SwitchWorker::new(fr, ports, ltx, aging);
+        w.set_plan(c.port_plan());
+        let mut pool = Pool::new(1024);
+        let mut tx: Vec<_> = (0..ports).map(|_| burst()).collect();
+        let mut send = |w: &mut SwitchWorker, port: u16, frames: &[Vec<u8>]| {
+            let mut rx = burst();
+            for f in frames {
+                let mut p = pool.get().unwrap();
+                p.fill(f);
+                rx.push(p);
+            }
+            w.process(port, &mut rx, &mut tx, &mut pool, 1);
+            c.drain();
+            drain_tx(&mut tx, &mut pool)
+        };
+        let d = MacAddr::from_u64(0x0200_0000_000d);
+        send(&mut w, 66, &[frame(BCAST, B)]);
+        send(&mut w, 65, &[tagged(BCAST, C, Some(10))]);
+        send(&mut w, 69, &[frame(BCAST, d)]);
+        let out = send(
+            &mut w,
+            0,
+            &[frame(B, A), frame(C, A), frame(d, A), frame(BCAST, A)],
+        );
+        for (port, frames) in out.iter().enumerate() {
+            let want = match port {
+                1 => vec![frame(BCAST, A)],
+                65 => vec![tagged(C, A, Some(10)), tagged(BCAST, A, Some(10))],
+                66 => vec![frame(B, A), frame(BCAST, A)],
+                69 => vec![frame(d, A), frame(BCAST, A)],
+                _ => vec![],
+            };
+            assert_eq!(frames, &want, "port {port}");
+        }
     }
 
     #[test]
