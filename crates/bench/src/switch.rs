@@ -164,9 +164,9 @@ fn out_port(i: u64, ports: u16) -> u16 {
     1 + (i % (ports as u64 - 1)) as u16
 }
 
-/// sFlow rates of the `forward_sflow` case: the default 1 in 1000, every frame, and off (the
-/// peer).
-const SFLOW_RATES: [u32; 3] = [1000, 1, 0];
+/// sFlow rates of the `forward_sflow` case, each against sampling off: the default 1 in 1000 and
+/// every frame.
+const SFLOW_RATES: [u32; 2] = [1000, 1];
 
 /// The `forward_sflow` case: a switch worker sampling for sFlow (`[sflow]`) at rates switched
 /// between alternated rounds, and its exporter thread.
@@ -226,28 +226,42 @@ impl SflowBench {
         })
     }
 
-    /// Records of the rates measured (`v`, in [`SFLOW_RATES`] order; the last is off).
-    fn report(&self, rep: &mut Report, n: u64, v: &[f64]) -> Result<()> {
+    /// A round of `frames` frames at sampling rate `rate` (0: off), after an untimed one: the
+    /// queue and the exporter settle into this rate's steady state (a long run at it, not its
+    /// first milliseconds).
+    fn run_at(
+        &self,
+        rate: u32,
+        run: &dyn Fn(&RefCell<SwitchWorker>) -> Result<f64>,
+    ) -> Result<f64> {
+        self.rate.store(rate, std::sync::atomic::Ordering::Relaxed);
+        run(&self.worker)?;
+        run(&self.worker)
+    }
+
+    /// Records of the rates measured: (rate, Mpps on, Mpps off, median of the per-round ratios).
+    fn report(&self, rep: &mut Report, n: u64, v: &[(u32, f64, f64, f64)]) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
-        let off = v[SFLOW_RATES.len() - 1];
         let (queued, dropped) = (
             self.counters.queued.load(Relaxed),
             self.counters.dropped.load(Relaxed),
         );
-        for (i, rate) in SFLOW_RATES[..SFLOW_RATES.len() - 1].iter().enumerate() {
+        for &(rate, on, off, med) in v {
             rep.add(
-                Record::higher("forward_sflow", v[i], "Mpps")
+                Record::higher("forward_sflow", on, "Mpps")
                     .param("entries", n)
-                    .param("sample_one_in", *rate as u64)
+                    .param("sample_one_in", rate as u64)
                     .param(
                         "max_samples_per_second",
                         fp_export::config::DEFAULT_MAX_SAMPLES_PER_SECOND as u64,
                     )
                     .param("samples_queued", queued)
                     .param("samples_dropped", dropped)
+                    .param("round_ratio_median", (med * 1e4).round() / 1e4)
                     .param(
                         "peer_config",
-                        "the same worker and frames with sampling off (no [sflow])",
+                        "the same worker and frames with sampling off (no [sflow]), alternated \
+                         with this rate alone, best of 4x the rounds of a quarter the frames",
                     )
                     .peer("sflow_off", off),
             )?;
@@ -597,31 +611,30 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
         for (_, sw, _) in &variants {
             runs.push(Box::new(move || run_sw(sw)));
         }
-        let sflow_at = runs.len();
-        for rate in SFLOW_RATES {
-            let (sf, run_sw) = (&sflow, &run_sw);
-            runs.push(Box::new(move || {
-                sf.rate.store(rate, std::sync::atomic::Ordering::Relaxed);
-                // A round untimed first: the queue and the exporter settle into this rate's
-                // steady state (a long run at it, not its first milliseconds).
-                run_sw(&sf.worker)?;
-                run_sw(&sf.worker)
-            }));
-        }
         let refs: Vec<&dyn Fn() -> Result<f64>> = runs.iter().map(|f| f.as_ref()).collect();
         let v = contest(rounds, &refs)?;
         let (bv, ours, stream, piped) = (v[0], v[1], v[2], v[3]);
-        sflow.report(rep, n, &v[sflow_at..sflow_at + SFLOW_RATES.len()])?;
+        // The pair contests below: four times the rounds, each a quarter as long, so that the two
+        // runs of a round are close in time and a spell of load from the machine's other tenants
+        // rarely falls on one case's every round. Besides each one's best round, the median of
+        // the per-round ratios (robust where such spells are common).
+        let short = per_round / 4;
+        // sFlow: each rate against sampling off on the same worker, the two alternating.
+        let run_short = |sw: &RefCell<SwitchWorker>| run_sw_n(sw, short);
+        let mut sampled = Vec::new();
+        for rate in SFLOW_RATES {
+            let (off, on, med) =
+                super::paired(4 * rounds, &|| sflow.run_at(0, &run_short), &|| {
+                    sflow.run_at(rate, &run_short)
+                })?;
+            sampled.push((rate, on, off, med));
+        }
+        sflow.report(rep, n, &sampled)?;
         if let (Some(acc), Some(trk)) = (&v_access, &v_trunk) {
             // Each VLAN-aware case in a contest of its own with the unaware worker, the two
             // alternating: each table then follows itself and the other equally often (in the
             // contest above the unaware table is used by most cases, so it would start its rounds
-            // warmer in the caches and the TLB than the VLAN-aware one). Four times the rounds,
-            // each a quarter as long: the two runs of a round are close in time, so a spell of
-            // load from the machine's other tenants rarely falls on one case's every round.
-            // Besides each one's best round, the median of the per-round ratios (robust where
-            // such spells are common).
-            let short = per_round / 4;
+            // warmer in the caches and the TLB than the VLAN-aware one).
             let pair = |aware: &dyn Fn() -> Result<f64>| {
                 super::paired(4 * rounds, &|| run_sw_n(&hp, short), aware)
             };
