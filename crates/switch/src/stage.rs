@@ -698,27 +698,26 @@ impl SwitchWorker {
     #[inline(always)]
     fn take_untagged(&mut self, in_port: u16, rx: &mut Vec<Packet>, pvid: u16, pfid: u64) -> bool {
         let start = self.src.len();
-        // One pass for the sources and the test (the 8 bytes read for the source end with the
+        // One pass for both MACs and the test (the 8 bytes read for the source end with the
         // EtherType): a tagged frame or a runt undoes it.
         let mut other = false;
-        self.src.extend(rx.iter().map(|p| match p.data().get(..14) {
-            Some(h) => {
-                let w = u64::from_be_bytes(h[6..14].try_into().expect("8 bytes"));
-                other |= w as u16 == vlan::TPID;
-                w >> 16 | pfid
-            }
-            None => {
+        for p in rx.iter() {
+            let Some(h) = p.data().get(..14) else {
                 other = true;
-                0
-            }
-        }));
+                break;
+            };
+            let d = u64::from_be_bytes(h[0..8].try_into().expect("8 bytes"));
+            let w = u64::from_be_bytes(h[6..14].try_into().expect("8 bytes"));
+            other |= w as u16 == vlan::TPID;
+            self.dst.push(d >> 16 | pfid);
+            self.src.push(w >> 16 | pfid);
+        }
         if other {
+            self.dst.truncate(start);
             self.src.truncate(start);
             return false;
         }
         let n = rx.len();
-        self.dst
-            .extend(rx.iter().map(|p| mac_at(p.data(), 0) | pfid));
         self.held_in.resize(self.held_in.len() + n, in_port);
         match self.vl_run {
             // The one-VLAN loop tests untagged egress in a 64-bit port mask.
@@ -1002,39 +1001,35 @@ impl SwitchWorker {
                 pool.put(p);
                 dropped
             }
-            (false, Some(port)) if port < ports => match plan {
-                None => {
+            (false, Some(port)) if port < ports => {
+                // Nothing to change on the way out: a VLAN-unaware switch, or untagged in and
+                // untagged out (access to access).
+                let plain = match M {
+                    UNAWARE => true,
+                    // `port < ports <= 64` (`take_untagged` holds one-VLAN runs only then): the
+                    // mask has its bit.
+                    ONE_VLAN => f.plain >> (port & 63) & 1 == 1,
+                    _ => !tagged && plan.is_some_and(|plan| plan.untagged_vid(port) == vid),
+                };
+                if plain {
                     f.forwarded += 1;
                     tx[port as usize].push(p);
-                    (Went::Port(port), vlan)
+                    return (Went::Port(port), vlan);
                 }
-                // Untagged in, untagged out (access to access): nothing to change.
-                Some(plan)
-                    if !tagged
-                        && if M == ONE_VLAN {
-                            // `port < ports <= 64` (`take_untagged` holds one-VLAN runs only
-                            // then): the mask has its bit.
-                            f.plain >> (port & 63) & 1 == 1
-                        } else {
-                            plan.untagged_vid(port) == vid
-                        } =>
-                {
-                    f.forwarded += 1;
-                    tx[port as usize].push(p);
-                    (Went::Port(port), vlan)
+                match plan {
+                    Some(plan) if plan.is_member(port, vid) => {
+                        f.forwarded += 1;
+                        shape(plan, port, vid, tagged, &mut p);
+                        tx[port as usize].push(p);
+                        (Went::Port(port), vlan)
+                    }
+                    _ => {
+                        self.stats.vlan_egress.inc();
+                        pool.put(p);
+                        dropped
+                    }
                 }
-                Some(plan) if plan.is_member(port, vid) => {
-                    f.forwarded += 1;
-                    shape(plan, port, vid, tagged, &mut p);
-                    tx[port as usize].push(p);
-                    (Went::Port(port), vlan)
-                }
-                Some(_) => {
-                    self.stats.vlan_egress.inc();
-                    pool.put(p);
-                    dropped
-                }
-            },
+            }
             (true, _) if is_link_local(d) => {
                 self.stats.link_local.inc();
                 pool.put(p);
