@@ -51,6 +51,8 @@ const BUCKET_BITS: u32 = 512;
 pub const QUOTIENT_MAX_SLOTS: u32 = 16;
 /// Keys are 48 bits.
 const MASK48: u64 = (1 << 48) - 1;
+/// Most second buckets an insert reads looking for a trade ([`QuotientWriter::trade`]).
+const TRADE_READS: u32 = 8;
 
 const C1: u64 = 0x9e37_79b9_7f4b; // odd
 const C2: u64 = 0xc2b2_ae3d_27d5; // odd
@@ -762,6 +764,8 @@ impl QuotientWriter {
         let entry = |second: u64| (p.tag | second) << 16 | (value as u64 + 1);
         if let Some(i) = self.free_slot(p.b1) {
             self.write(p.b1, i, entry(0));
+        } else if let Some(i) = self.trade(p.b1) {
+            self.write(p.b1, i, entry(0));
         } else if let Some(i) = self.free_slot(p.b2) {
             self.write(p.b2, i, entry(1));
         } else {
@@ -916,6 +920,54 @@ impl QuotientWriter {
             (to, free) = (b, i);
         }
         Some((to, free))
+    }
+
+    /// Room in a full first bucket `b1` without a new entry in a second bucket: an entry of
+    /// `b1` that sits in its second bucket goes home to its first bucket `h`, which (full too)
+    /// makes room by sending one of its first-bucket entries to that entry's second bucket. Two
+    /// moves and no more entries away from their first bucket, where taking the key's second
+    /// bucket would add one: a lookup reads one line for more keys. The freed slot of `b1`, or
+    /// `None` (nothing moved) when no such pair is found within a few lines read.
+    fn trade(&mut self, b1: u64) -> Option<u32> {
+        let t = self.t.clone();
+        let line = t.read(b1);
+        let mut reads = 0;
+        for i in 0..t.g.slots {
+            let x = t.slot(&line, i);
+            if x & 0xffff == 0 || x >> 16 & 1 == 0 {
+                continue;
+            }
+            let (home, x_home) = self.other(b1, x);
+            let hline = t.read(home);
+            let empty = t.empties(&hline);
+            if empty != 0 {
+                let free = empty.trailing_zeros();
+                // Room at home (after removals): one move, one fewer entry away.
+                t.moved.fetch_add(1, Ordering::Release);
+                self.move_entry(b1, i, home, free, x_home);
+                self.moves += 1;
+                return Some(i);
+            }
+            for j in 0..t.g.slots {
+                let y = t.slot(&hline, j);
+                if y & 0xffff == 0 || y >> 16 & 1 != 0 {
+                    continue;
+                }
+                let (away, y_away) = self.other(home, y);
+                reads += 1;
+                if let Some(free) = self.free_slot(away) {
+                    t.moved.fetch_add(2, Ordering::Release);
+                    self.move_entry(home, j, away, free, y_away);
+                    self.move_entry(b1, i, home, j, x_home);
+                    self.moves += 2;
+                    return Some(i);
+                }
+                if reads >= TRADE_READS {
+                    return None;
+                }
+            }
+        }
+        None
     }
 
     /// Whether bucket `b` is node `at` or one of its ancestors (a path through a bucket twice
