@@ -1,6 +1,7 @@
 //! Model check of the quotiented layout's version protocol with loom: one writer moves a key along
-//! a cuckoo path (to make room for a new key) while a reader looks the moved key up, alone or in a
-//! batch. In every interleaving loom explores, the reader finds the key with its value.
+//! a cuckoo path (to make room for a new key), or trades one home (two moves), while a reader looks
+//! the moved keys up, alone or in a batch. In every interleaving loom explores, the reader finds
+//! each key with its value.
 //!
 //! Run with: `LOOM_MAX_PREEMPTIONS=1 RUSTFLAGS="--cfg loom" cargo test -p fp-cuckoo --test
 //! loom_quotient --release` (30 s; each further preemption multiplies the time many-fold: a bucket
@@ -87,5 +88,44 @@ fn batched_reader_never_misses_a_key_being_displaced() {
         });
         w.insert(s.new, 99).unwrap();
         assert_eq!(reader.join().unwrap(), [Some(7), Some(7), Some(41)]);
+    });
+}
+
+/// A trade: bucket 0 is full and holds `away` in its second bucket (its first, bucket 1, full of
+/// keys whose other bucket is 2, which is empty). Inserting `new` (first bucket 0) sends one of
+/// bucket 1's keys to bucket 2 and `away` home to bucket 1, and `new` takes its slot: two moves.
+/// A reader looking up both moved keys finds them.
+#[test]
+fn reader_never_misses_a_key_being_traded_home() {
+    model(|| {
+        let mut c = Config::with_capacity(24);
+        c.load_factor = 1.0;
+        let (mut w, r) = QuotientMap::new(&c).unwrap();
+        let pick = |w: &QuotientWriter, pair: (usize, usize), n: usize| -> Vec<u64> {
+            (1..100_000u64)
+                .filter(|&k| w.candidate_buckets(k) == Some(pair))
+                .take(n)
+                .collect()
+        };
+        let one = pick(&w, (1, 2), 8);
+        let away = pick(&w, (1, 0), 1)[0];
+        let zero = pick(&w, (0, 1), 7);
+        let new = pick(&w, (0, 2), 1)[0];
+        for &k in &one {
+            w.insert(k, 5).unwrap();
+        }
+        w.insert(away, 41).unwrap();
+        for &k in &zero {
+            w.insert(k, 7).unwrap();
+        }
+        assert_eq!(w.moves(), 0);
+        let reader = loom::thread::spawn({
+            let r = r.clone();
+            move || (r.get(away), r.get(one[0]))
+        });
+        w.insert(new, 99).unwrap();
+        assert_eq!(reader.join().unwrap(), (Some(41), Some(5)));
+        assert_eq!(w.moves(), 2);
+        assert_eq!(r.get(new), Some(99));
     });
 }
