@@ -29,14 +29,17 @@
 //!
 //! With 10 to 16 slots per line, most keys find room in their first bucket: a successful lookup
 //! reads `1 +` (share of entries in their second bucket) lines, measured by
-//! [`QuotientWriter::placement`].
+//! [`QuotientWriter::placement`]. An insert whose first bucket is full first tries a trade
+//! ([`QuotientWriter::insert`]): an entry of that bucket that lives in its second bucket goes home,
+//! and a full home sends one of its first-bucket entries away in exchange, so the new key takes a
+//! first-bucket slot without adding an entry to a second bucket.
 //!
 //! The concurrency protocol is the 2,4 table's (`table.rs`): one writer, optimistic readers with
 //! striped version counters (odd while the writer changes a bucket), a reader snapshots both of a
 //! key's counters before reading either bucket and checks both after; moves along a cuckoo path
 //! copy first and clear after, from the end of the path backwards, inside one odd window over the
 //! two buckets; values are updated in place. `tests/loom_quotient.rs` model-checks a displacement
-//! under a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks
+//! and a trade under a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks
 //! of [`CHUNK`] keys pipelined one into the next.
 
 use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
@@ -751,7 +754,9 @@ impl QuotientWriter {
     }
 
     /// Insert or update. `Ok(Some(old))` when the key was there (its value replaced in place),
-    /// `Ok(None)` when added; on an error nothing changed.
+    /// `Ok(None)` when added; on an error nothing changed. A new key goes to its first bucket if
+    /// it has room, else to room a trade makes there (the module docs say how), else to its
+    /// second bucket, else along the shortest cuckoo path found.
     pub fn insert(&mut self, key: u64, value: u16) -> Result<Option<u16>, InsertError> {
         if value == u16::MAX {
             return Err(InsertError::ReservedValue);
