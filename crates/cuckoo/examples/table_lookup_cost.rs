@@ -6,8 +6,10 @@
 //! valgrind --tool=callgrind target/dev-bench/examples/table_lookup_cost batch 1000000
 //! ```
 //! Prints lookups done; divide callgrind's instruction total (minus the `build` run's) by it.
+//! `LAYOUT=quotient` runs the quotiented layout instead of the 2,4 compact layout (`single` and
+//! `batch` modes; `BATCH` sets the keys per call, 16 by default).
 
-use fp_cuckoo::{CompactMap, Config, Prefetch};
+use fp_cuckoo::{CompactMap, Config, Prefetch, QuotientMap};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -18,14 +20,20 @@ fn main() {
     let n: u64 = std::env::var("ENTRIES")
         .ok()
         .map_or(1 << 16, |s| s.parse().expect("ENTRIES"));
-    let (mut w, r) = CompactMap::new(&Config::with_capacity(n as usize)).expect("table");
+    let batch: usize = std::env::var("BATCH")
+        .ok()
+        .map_or(16, |s| s.parse().expect("BATCH"));
     let key = |i: u64| fp_hash::splitmix64(i) & fp_cuckoo::COMPACT_MAX_KEY;
-    for i in 0..n {
-        w.insert(key(i), (i % 1000) as u16).expect("insert");
-    }
     let keys: Vec<u64> = (0..lookups)
         .map(|i| key(fp_hash::splitmix64(i) % n))
         .collect();
+    if std::env::var("LAYOUT").as_deref() == Ok("quotient") {
+        return quotient(&mode, n, batch, &keys, key);
+    }
+    let (mut w, r) = CompactMap::new(&Config::with_capacity(n as usize)).expect("table");
+    for i in 0..n {
+        w.insert(key(i), (i % 1000) as u16).expect("insert");
+    }
     let mut hits = 0u64;
     let t = std::time::Instant::now();
     match mode.as_str() {
@@ -37,11 +45,7 @@ fn main() {
             } else {
                 Prefetch::Off
             };
-            let mut out = [None; 16];
-            for c in keys.chunks(16) {
-                r.get_batch_with(c, &mut out[..c.len()], m);
-                hits += out[..c.len()].iter().filter(|v| v.is_some()).count() as u64;
-            }
+            hits = compact_batches(&r, &keys, batch, m);
         }
         "lines" => {
             // The memory system alone: 1.5 random 32-byte bucket reads per "lookup" over an array
@@ -96,4 +100,50 @@ fn main() {
             println!("{l}");
         }
     }
+}
+
+/// The same lookups on the quotiented layout.
+fn quotient(mode: &str, n: u64, batch: usize, keys: &[u64], key: impl Fn(u64) -> u64) {
+    let (mut w, r) = QuotientMap::new(&Config::with_capacity(n as usize)).expect("table");
+    for i in 0..n {
+        w.insert(key(i), (i % 1000) as u16).expect("insert");
+    }
+    let mut hits = 0u64;
+    match mode {
+        "build" => {}
+        "single" => hits = keys.iter().filter(|&&k| r.get(k).is_some()).count() as u64,
+        "batch" => hits = quotient_batches(&r, keys, batch),
+        other => panic!("mode {other}: build, single or batch"),
+    }
+    let (first, second) = w.placement();
+    println!(
+        "quotient {mode}: {} lookups, {hits} hits, {:.1} % of entries in second buckets",
+        if mode == "build" { 0 } else { keys.len() },
+        100.0 * second as f64 / (first + second).max(1) as f64
+    );
+}
+
+/// The batched lookups alone, in a function of their own: `--toggle-collect='*quotient_batches*'`
+/// counts only them.
+#[inline(never)]
+fn quotient_batches(r: &fp_cuckoo::QuotientReader, keys: &[u64], batch: usize) -> u64 {
+    let mut out = vec![None; batch];
+    let mut hits = 0;
+    for c in keys.chunks(batch) {
+        r.get_batch(c, &mut out[..c.len()]);
+        hits += out[..c.len()].iter().filter(|v| v.is_some()).count() as u64;
+    }
+    hits
+}
+
+/// The 2,4 layout's batched lookups alone (`--toggle-collect='*compact_batches*'`).
+#[inline(never)]
+fn compact_batches(r: &fp_cuckoo::CompactReader, keys: &[u64], batch: usize, m: Prefetch) -> u64 {
+    let mut out = vec![None; batch];
+    let mut hits = 0;
+    for c in keys.chunks(batch) {
+        r.get_batch_with(c, &mut out[..c.len()], m);
+        hits += out[..c.len()].iter().filter(|v| v.is_some()).count() as u64;
+    }
+    hits
 }

@@ -35,14 +35,17 @@
 //! first-bucket slot without adding an entry to a second bucket.
 //!
 //! The concurrency protocol is the 2,4 table's (`table.rs`): one writer, optimistic readers with
-//! striped version counters (odd while the writer changes a bucket), a reader snapshots both of a
-//! key's counters before reading either bucket and checks both after; moves along a cuckoo path
+//! striped version counters (odd while the writer changes a bucket), a reader snapshots a key's
+//! first-bucket counter before reading that bucket, the second bucket's before reading that one
+//! (only when the first does not hold the key), and checks both after: the first counter spans
+//! both reads, and a move of the key between its buckets changes both; moves along a cuckoo path
 //! copy first and clear after, from the end of the path backwards, inside one odd window over the
 //! two buckets; values are updated in place. `tests/loom_quotient.rs` model-checks a displacement
 //! and a trade under a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks
-//! of [`CHUNK`] keys pipelined one into the next.
+//! of [`CHUNK`] keys pipelined one into the next; a key's second bucket is worked out only when its
+//! first does not hold it.
 
-use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
+use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering, Words};
 use crate::table::{CHUNK, STRIPES};
 use crate::{Config, InsertError};
 
@@ -103,12 +106,18 @@ struct Geometry {
     recip: u64,
     /// Slots per bucket (S).
     slots: u32,
+    /// The low S bits set.
+    slot_mask: u32,
     /// Bits per slot (w): 16 of the quotient's low bits, 16 of value, `hbits` of the rest.
     width: u32,
     /// Bits of the quotient.
     qbits: u32,
     /// Bits of a slot's high field: the quotient's bits above the low 16, and the flag.
     hbits: u32,
+    /// The low `hbits` bits set.
+    hmask: u64,
+    /// Where the high fields start: `32 · S`.
+    hi_base: u32,
 }
 
 impl Geometry {
@@ -132,9 +141,12 @@ impl Geometry {
             n,
             recip: u64::MAX / n,
             slots,
+            slot_mask: (1u32 << slots) - 1,
             width: 32 + hbits,
             qbits,
             hbits,
+            hmask: u64::MAX >> (64 - hbits),
+            hi_base: 32 * slots,
         }
     }
 
@@ -159,11 +171,7 @@ impl Geometry {
     /// Bit offsets of slot `i`'s fields in its line: low tag, value, high field.
     #[inline(always)]
     fn fields(&self, i: u32) -> (u32, u32, u32) {
-        (
-            16 * i,
-            16 * (self.slots + i),
-            32 * self.slots + i * self.hbits,
-        )
+        (16 * i, 16 * (self.slots + i), self.hi_base + i * self.hbits)
     }
 }
 
@@ -182,11 +190,12 @@ fn lane(line: &Line, off: u32) -> u64 {
     line[(off / 64) as usize] >> (off % 64) & 0xffff
 }
 
-/// Bit `j` set where 16-bit lane `j` of `line` equals `v`: lanes 0..16 (the first half line) for
-/// `HALVES = 1`, all 32 for `HALVES = 2`. SSE2 compares eight lanes per instruction.
+/// Bit `j` set where 16-bit lane `j` of `line` (a line's first words) equals `v`: lanes 0..16 (the
+/// first half line) for `HALVES = 1`, all 32 for `HALVES = 2`. SSE2 compares eight lanes per
+/// instruction.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn lanes_equal<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+fn lanes_equal<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
     use core::arch::x86_64::{
         _mm_cmpeq_epi16, _mm_movemask_epi8, _mm_packs_epi16, _mm_set1_epi16, _mm_set_epi64x,
     };
@@ -210,14 +219,14 @@ fn lanes_equal<const HALVES: usize>(line: &Line, v: u16) -> u32 {
 /// Portable [`lanes_equal`]: four lanes per word by an exact zero-lane test on the xor.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn lanes_equal<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+fn lanes_equal<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
     lanes_equal_swar::<HALVES>(line, v)
 }
 
 /// [`lanes_equal`] without SIMD instructions (compiled everywhere so tests compare the two).
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 #[inline(always)]
-fn lanes_equal_swar<const HALVES: usize>(line: &Line, v: u16) -> u32 {
+fn lanes_equal_swar<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
     const LANES: u64 = 0x0001_0001_0001_0001;
     const LOW15: u64 = 0x7fff_7fff_7fff_7fff;
     let pattern = v as u64 * LANES;
@@ -249,10 +258,95 @@ struct QTable {
     versions: Box<[AtomicU32; STRIPES]>,
     g: Geometry,
     seed: u64,
-    len: AtomicUsize,
-    moved: AtomicU64,
+    counts: sync::WriterCounts,
     max_depth: usize,
     max_nodes: usize,
+}
+
+/// What a lookup reads of the table: the words, the counters and the constants, copied out of
+/// the shared table once per round over a chunk of keys so the hot loops keep them in registers
+/// instead of re-reading them through the table at every key.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    words: &'a [AtomicU64],
+    versions: &'a [AtomicU32; STRIPES],
+    g: Geometry,
+    seed: u64,
+}
+
+impl<'a> View<'a> {
+    /// A key's first bucket and `q << 1` (for a key of at most 48 bits).
+    #[inline(always)]
+    fn first_of(&self, key: u64) -> (u64, u64) {
+        let h = mix48(key ^ (self.seed & MASK48));
+        let (q, b1) = self.g.divmod(h);
+        (b1, q << 1)
+    }
+
+    /// The second bucket of a key with first bucket `b1` and `tag` (`q << 1`).
+    #[inline(always)]
+    fn second_of(&self, b1: u64, tag: u64) -> u64 {
+        // b1 < n and the offset < n: one conditional subtraction instead of a division.
+        let b2 = b1 + self.g.offset(self.seed, tag >> 1);
+        if b2 >= self.g.n {
+            b2 - self.g.n
+        } else {
+            b2
+        }
+    }
+
+    /// Bucket `b`'s words as a line (its length known, so word indexes need no bounds checks).
+    #[inline(always)]
+    fn line(&self, b: u64) -> &'a [AtomicU64; BUCKET_WORDS] {
+        self.bucket(b)
+            .try_into()
+            .expect("a bucket is BUCKET_WORDS words")
+    }
+
+    #[inline(always)]
+    fn bucket(&self, b: u64) -> &'a [AtomicU64] {
+        let s = b as usize * BUCKET_WORDS;
+        &self.words[s..s + BUCKET_WORDS]
+    }
+
+    #[inline(always)]
+    fn version(&self, b: u64) -> &'a AtomicU32 {
+        &self.versions[b as usize % STRIPES]
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, b: u64) {
+        fp_hash::prefetch_read(self.words.as_ptr().wrapping_add(b as usize * BUCKET_WORDS));
+    }
+
+    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` is `want`, else 0.
+    /// Only the words a lookup needs are loaded (one cache line: they cost one miss together):
+    /// the four of low quotient bits, compared all at once, then for the slots that match there
+    /// the rest of the quotient and the value, straight from the table (no copy of the line).
+    #[inline(always)]
+    fn scan_at(&self, b: u64, want: u64) -> u64 {
+        let g = &self.g;
+        let words = self.line(b);
+        let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
+        let low = [w(0), w(1), w(2), w(3)];
+        let mut cand = lanes_equal::<1>(&low, (want >> 1) as u16) & g.slot_mask;
+        let want_hi = (want >> 17) << 1 | (want & 1);
+        let mut got = 0u64;
+        while cand != 0 {
+            let i = cand.trailing_zeros();
+            cand &= cand - 1;
+            let (_, val, hi) = g.fields(i);
+            let (hw, sh) = (hi / 64, hi % 64);
+            // The high field may run into the next word; in the line's last word it cannot, and
+            // whatever the word read as "next" holds lands above the field's width.
+            let next = (hw + 1).min(BUCKET_WORDS as u32 - 1);
+            let two = w(hw) >> sh | (w(next) << 1) << (63 - sh);
+            if two & g.hmask == want_hi {
+                got |= w(val / 64) >> (val % 64) & 0xffff;
+            }
+        }
+        got
+    }
 }
 
 /// A quotiented compact map: build one with [`QuotientMap::new`].
@@ -281,8 +375,7 @@ impl QuotientMap {
             versions: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             g,
             seed: cfg.seed,
-            len: AtomicUsize::new(0),
-            moved: AtomicU64::new(0),
+            counts: sync::WriterCounts::new(),
             max_depth: cfg.max_search_depth.max(1),
             max_nodes: cfg.max_search_nodes.max(2),
         });
@@ -312,24 +405,25 @@ impl QTable {
         })
     }
 
-    /// A key's first bucket and `q << 1` (for a key of at most 48 bits).
+    /// The slices and constants a lookup reads, borrowed once for a round over many keys.
     #[inline(always)]
-    fn first_of(&self, key: u64) -> (u64, u64) {
-        let h = mix48(key ^ (self.seed & MASK48));
-        let (q, b1) = self.g.divmod(h);
-        (b1, q << 1)
+    fn view(&self) -> View<'_> {
+        View {
+            words: &self.words,
+            versions: &self.versions,
+            g: self.g,
+            seed: self.seed,
+        }
     }
 
-    /// The second bucket of a key with first bucket `b1` and `tag` (`q << 1`).
+    #[inline(always)]
+    fn first_of(&self, key: u64) -> (u64, u64) {
+        self.view().first_of(key)
+    }
+
     #[inline(always)]
     fn second_of(&self, b1: u64, tag: u64) -> u64 {
-        // b1 < n and the offset < n: one conditional subtraction instead of a division.
-        let b2 = b1 + self.g.offset(self.seed, tag >> 1);
-        if b2 >= self.g.n {
-            b2 - self.g.n
-        } else {
-            b2
-        }
+        self.view().second_of(b1, tag)
     }
 
     #[inline(always)]
@@ -341,11 +435,6 @@ impl QTable {
     #[inline(always)]
     fn version(&self, b: u64) -> &AtomicU32 {
         &self.versions[b as usize % STRIPES]
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, b: u64) {
-        fp_hash::prefetch_read(self.words.as_ptr().wrapping_add(b as usize * BUCKET_WORDS));
     }
 
     #[inline(always)]
@@ -369,13 +458,13 @@ impl QTable {
     /// The slots of `line` whose low quotient bits match `want`'s (`q << 1 | flag`).
     #[inline(always)]
     fn candidates(&self, line: &Line, want: u64) -> u32 {
-        lanes_equal::<1>(line, (want >> 1) as u16) & ((1u32 << self.g.slots) - 1)
+        lanes_equal::<1>(line, (want >> 1) as u16) & self.g.slot_mask
     }
 
     /// The slots of `line` that are empty (value + 1 = 0).
     #[inline(always)]
     fn empties(&self, line: &Line) -> u32 {
-        lanes_equal::<2>(line, 0) >> self.g.slots & ((1u32 << self.g.slots) - 1)
+        lanes_equal::<2>(line, 0) >> self.g.slots & self.g.slot_mask
     }
 
     /// The slot of `line` holding `want` (`q << 1 | flag`), if any.
@@ -395,27 +484,6 @@ impl QTable {
         None
     }
 
-    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` is `want`, else 0:
-    /// the line read whole (one cache line: its words cost one miss), the low quotient bits
-    /// compared four at a time, the rest only for the slots that match there.
-    #[inline(always)]
-    fn scan_at(&self, b: u64, want: u64) -> u64 {
-        let g = &self.g;
-        let line = self.read(b);
-        let mut cand = self.candidates(&line, want);
-        let want_hi = (want >> 17) << 1 | (want & 1);
-        let mut got = 0u64;
-        while cand != 0 {
-            let i = cand.trailing_zeros();
-            cand &= cand - 1;
-            let (_, val, hi) = g.fields(i);
-            if bits(&line, hi, g.hbits) == want_hi {
-                got |= lane(&line, val);
-            }
-        }
-        got
-    }
-
     /// Optimistic lookup of one key: both buckets' counters before either bucket is read,
     /// both checked after (a move between the key's two buckets changes both).
     fn get_probe(&self, p: &Probe) -> Option<u16> {
@@ -427,9 +495,10 @@ impl QTable {
                 sync::spin();
                 continue;
             }
-            let mut got = self.scan_at(p.b1, p.tag);
+            let v = self.view();
+            let mut got = v.scan_at(p.b1, p.tag);
             if got == 0 {
-                got = self.scan_at(p.b2, p.tag | 1);
+                got = v.scan_at(p.b2, p.tag | 1);
             }
             fence(Ordering::Acquire);
             if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
@@ -444,6 +513,14 @@ impl QTable {
             out.len(),
             "get_batch: keys and out differ in length"
         );
+        if keys.len() <= CHUNK {
+            // One chunk: one set of lanes to initialise, not two.
+            let mut lanes = Lanes::default();
+            lanes.hash::<OWNER>(self, keys);
+            lanes.first::<OWNER>(self, out);
+            lanes.finish::<OWNER>(self, out);
+            return;
+        }
         let mut lanes = [Lanes::default(), Lanes::default()];
         let mut chunks = keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK));
         let Some((k, mut o)) = chunks.next() else {
@@ -452,7 +529,7 @@ impl QTable {
         lanes[0].hash::<OWNER>(self, k);
         let mut cur = 0;
         loop {
-            lanes[cur].first(self, o);
+            lanes[cur].first::<OWNER>(self, o);
             let next = chunks.next();
             if let Some((k, _)) = &next {
                 lanes[cur ^ 1].hash::<OWNER>(self, k);
@@ -469,10 +546,30 @@ impl QTable {
     }
 }
 
-/// One chunk of a batched lookup between its rounds (as in `table.rs`).
+/// The low `n` bits set (`n <= 64`).
+#[inline(always)]
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// One chunk of a batched lookup between its rounds. A key's second bucket is only worked out
+/// (and its counter only read) when the first bucket does not hold the key: about one key in
+/// nine, where the 2,4 layout needs it for more than one in four.
 struct Lanes {
     n: usize,
-    probes: [Probe; CHUNK],
+    b1: [u64; CHUNK],
+    /// `q << 1` per key.
+    tag: [u64; CHUNK],
+    /// The second bucket of a key not found in its first; the first bucket for the others, so
+    /// the validation reads every lane alike.
+    b2: [u64; CHUNK],
+    /// Counter snapshots: the first bucket's (low half) taken before that bucket is read, the
+    /// second bucket's (high half) before that one is read (the first's again for keys found in
+    /// their first bucket).
     vers: [u64; CHUNK],
     valid: u64,
     found: u64,
@@ -482,7 +579,9 @@ impl Default for Lanes {
     fn default() -> Self {
         Lanes {
             n: 0,
-            probes: [Probe::default(); CHUNK],
+            b1: [0; CHUNK],
+            tag: [0; CHUNK],
+            b2: [0; CHUNK],
             vers: [0; CHUNK],
             valid: 0,
             found: 0,
@@ -490,75 +589,95 @@ impl Default for Lanes {
     }
 }
 
+/// The odd bits of both halves of a `vers` word.
+const ODD: u64 = 1 | 1 << 32;
+
 impl Lanes {
-    /// Round 0: hash, prefetch first buckets, snapshot both buckets' counters (before either
-    /// is read, as the protocol requires).
+    /// Round 0: hash, prefetch first buckets, snapshot their counters.
     #[inline(always)]
     fn hash<const OWNER: bool>(&mut self, t: &QTable, keys: &[u64]) {
+        let t = t.view();
         let n = keys.len().min(CHUNK);
         self.n = n;
-        self.valid = 0;
         self.found = 0;
+        let mut valid = 0u64;
         for (i, &k) in keys[..n].iter().enumerate() {
-            let valid = k <= MASK48;
             let (b1, tag) = t.first_of(k & MASK48);
-            let b2 = t.second_of(b1, tag);
-            self.valid |= (valid as u64) << i;
+            valid |= ((k <= MASK48) as u64) << i;
             t.prefetch(b1);
             if !OWNER {
-                self.vers[i] = t.version(b1).load(Ordering::Acquire) as u64
-                    | (t.version(b2).load(Ordering::Acquire) as u64) << 32;
+                let v1 = t.version(b1).load(Ordering::Acquire) as u64;
+                self.vers[i] = v1 | v1 << 32;
             }
-            self.probes[i] = Probe { b1, b2, tag };
+            self.b1[i] = b1;
+            self.tag[i] = tag;
+            self.b2[i] = b1;
         }
+        self.valid = valid;
     }
 
-    /// Round 1: first buckets; prefetch the second buckets of the misses.
+    /// Round 1: first buckets; then for the keys not there, their second buckets: worked out,
+    /// counters snapshot (before those buckets are read), prefetched.
     #[inline(always)]
-    fn first(&mut self, t: &QTable, out: &mut [Option<u16>]) {
+    fn first<const OWNER: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
+        let t = t.view();
+        let mut found = 0u64;
         for (i, o) in out[..self.n].iter_mut().enumerate() {
-            let p = &self.probes[i];
-            let got = t.scan_at(p.b1, p.tag);
-            let hit = got != 0 && self.valid >> i & 1 != 0;
-            *o = hit.then(|| (got - 1) as u16);
-            self.found |= (hit as u64) << i;
-            t.prefetch(if hit { p.b1 } else { p.b2 });
+            let got = t.scan_at(self.b1[i], self.tag[i]);
+            // Without branches: which keys miss their first bucket is unpredictable.
+            let hit = (got != 0) & (self.valid >> i & 1 != 0);
+            *o = hit.then_some(got.wrapping_sub(1) as u16);
+            found |= (hit as u64) << i;
         }
-    }
-
-    /// Round 2: second buckets of the misses, then validate every lane.
-    #[inline(always)]
-    fn finish<const OWNER: bool>(&self, t: &QTable, out: &mut [Option<u16>]) {
-        let low = if self.n >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.n) - 1
-        };
-        let mut m = self.valid & !self.found & low;
+        self.found = found;
+        let mut m = self.valid & !found & low_bits(self.n);
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
-            let p = &self.probes[i];
-            let got = t.scan_at(p.b2, p.tag | 1);
+            let b2 = t.second_of(self.b1[i], self.tag[i]);
+            self.b2[i] = b2;
+            if !OWNER {
+                let v2 = t.version(b2).load(Ordering::Acquire) as u64;
+                self.vers[i] = self.vers[i] & 0xffff_ffff | v2 << 32;
+            }
+            t.prefetch(b2);
+        }
+    }
+
+    /// Round 2: second buckets of the misses, then validate every lane: the first bucket's
+    /// counter unchanged across both reads (a move of the key between its buckets changes both
+    /// counters), the second's across its own read.
+    #[inline(always)]
+    fn finish<const OWNER: bool>(&self, table: &QTable, out: &mut [Option<u16>]) {
+        let t = table.view();
+        let mut m = self.valid & !self.found & low_bits(self.n);
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            let got = t.scan_at(self.b2[i], self.tag[i] | 1);
             out[i] = (got != 0).then(|| (got - 1) as u16);
         }
         if OWNER {
             return;
         }
-        // Validate: both counters unchanged and even.
         fence(Ordering::Acquire);
         let mut bad = 0u64;
-        for (i, p) in self.probes[..self.n].iter().enumerate() {
-            let now = t.version(p.b1).load(Ordering::Relaxed) as u64
-                | (t.version(p.b2).load(Ordering::Relaxed) as u64) << 32;
-            let stable = self.vers[i] == now && now & (1 | 1 << 32) == 0;
+        for i in 0..self.n {
+            let now = t.version(self.b1[i]).load(Ordering::Relaxed) as u64
+                | (t.version(self.b2[i]).load(Ordering::Relaxed) as u64) << 32;
+            let stable = self.vers[i] == now && now & ODD == 0;
             bad |= (!stable as u64) << i;
         }
         let mut m = bad & self.valid;
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
-            out[i] = t.get_probe(&self.probes[i]);
+            let (b1, tag) = (self.b1[i], self.tag[i]);
+            out[i] = table.get_probe(&Probe {
+                b1,
+                b2: t.second_of(b1, tag),
+                tag,
+            });
         }
     }
 }
@@ -583,7 +702,7 @@ impl QuotientReader {
 
     /// Entries stored.
     pub fn len(&self) -> usize {
-        self.t.len.load(Ordering::Relaxed)
+        self.t.counts.len.load(Ordering::Relaxed)
     }
 
     /// Whether the table is empty.
@@ -637,7 +756,7 @@ impl QuotientStats {
 
 fn stats(t: &QTable) -> QuotientStats {
     QuotientStats {
-        len: t.len.load(Ordering::Relaxed),
+        len: t.counts.len.load(Ordering::Relaxed),
         buckets: t.g.n as usize,
         slots_per_bucket: t.g.slots,
         slot_bits: t.g.width,
@@ -688,7 +807,7 @@ impl QuotientWriter {
 
     /// Entries stored.
     pub fn len(&self) -> usize {
-        self.t.len.load(Ordering::Relaxed)
+        self.t.counts.len.load(Ordering::Relaxed)
     }
 
     /// Whether the table is empty.
@@ -777,7 +896,7 @@ impl QuotientWriter {
             let (b, i) = self.make_room(&p).ok_or(InsertError::Full)?;
             self.write(b, i, entry((b != p.b1) as u64));
         }
-        self.t.len.fetch_add(1, Ordering::Relaxed);
+        self.t.counts.len.fetch_add(1, Ordering::Relaxed);
         Ok(None)
     }
 
@@ -786,7 +905,7 @@ impl QuotientWriter {
         let p = self.t.probe(key)?;
         let (b, i, raw) = self.find(&p)?;
         self.write(b, i, 0);
-        self.t.len.fetch_sub(1, Ordering::Relaxed);
+        self.t.counts.len.fetch_sub(1, Ordering::Relaxed);
         Some((raw & 0xffff) as u16 - 1)
     }
 
@@ -914,7 +1033,9 @@ impl QuotientWriter {
                 .push((self.queue[at].bucket, n.slot_in_parent as u32));
         }
         // Move each entry into the slot freed just before it.
-        t.moved.fetch_add(self.path.len() as u64, Ordering::Release);
+        t.counts
+            .moved
+            .fetch_add(self.path.len() as u64, Ordering::Release);
         for k in 0..self.path.len() {
             let (b, i) = self.path[k];
             let s = t.slot(&t.read(b), i);
@@ -948,7 +1069,7 @@ impl QuotientWriter {
             if empty != 0 {
                 let free = empty.trailing_zeros();
                 // Room at home (after removals): one move, one fewer entry away.
-                t.moved.fetch_add(1, Ordering::Release);
+                t.counts.moved.fetch_add(1, Ordering::Release);
                 self.move_entry(b1, i, home, free, x_home);
                 self.moves += 1;
                 return Some(i);
@@ -961,7 +1082,7 @@ impl QuotientWriter {
                 let (away, y_away) = self.other(home, y);
                 reads += 1;
                 if let Some(free) = self.free_slot(away) {
-                    t.moved.fetch_add(2, Ordering::Release);
+                    t.counts.moved.fetch_add(2, Ordering::Release);
                     self.move_entry(home, j, away, free, y_away);
                     self.move_entry(b1, i, home, j, x_home);
                     self.moves += 2;

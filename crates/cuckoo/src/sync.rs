@@ -22,6 +22,25 @@ pub(crate) fn spin() {
     std::hint::spin_loop();
 }
 
+/// The counters only the writer changes (entries stored, entries ever moved), on a cache line of
+/// their own. Readers read the table's constants (bucket count, seed, the words' address) on every
+/// lookup; a counter on the same line would take that line away from every reader's cache at each
+/// insert and removal, a miss per batch on the reader's side under a steady stream of updates.
+#[repr(align(64))]
+pub(crate) struct WriterCounts {
+    pub(crate) len: AtomicUsize,
+    pub(crate) moved: AtomicU64,
+}
+
+impl WriterCounts {
+    pub(crate) fn new() -> WriterCounts {
+        WriterCounts {
+            len: AtomicUsize::new(0),
+            moved: AtomicU64::new(0),
+        }
+    }
+}
+
 /// Storage for `n` zeroed atomic words: huge pages normally, a plain vector of loom atomics under loom.
 #[cfg(not(loom))]
 pub(crate) type Words = fp_mem::HugeArray<AtomicU64>;

@@ -36,7 +36,7 @@
 //! no path changes nothing and reports [`InsertError::Full`].
 
 use crate::layout::{Layout, MAX_WORDS};
-use crate::sync::{self, fence, AtomicU32, AtomicU64, AtomicUsize, Ordering, Words};
+use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering, Words};
 use crate::{Config, InsertError, Placed, Stats};
 
 /// Slots per bucket (the "4" of 2,4 cuckoo hashing).
@@ -72,10 +72,10 @@ pub(crate) struct RawTable<L: Layout> {
     versions: Box<[AtomicU32; STRIPES]>,
     n_buckets: u64,
     seed: u64,
-    len: AtomicUsize,
-    /// Entries moved along cuckoo paths, ever (written by the writer only; read by
-    /// [`scan_range`](Self::scan_range)'s callers to tell whether a scan may have missed one).
-    moved: AtomicU64,
+    /// Entries stored, and entries moved along cuckoo paths ever (written by the writer only;
+    /// `moved` is read by [`scan_range`](Self::scan_range)'s callers to tell whether a scan may
+    /// have missed one).
+    counts: sync::WriterCounts,
     max_depth: usize,
     max_nodes: usize,
 }
@@ -405,8 +405,7 @@ impl<L: Layout> RawTable<L> {
             versions,
             n_buckets,
             seed: cfg.seed,
-            len: AtomicUsize::new(0),
-            moved: AtomicU64::new(0),
+            counts: sync::WriterCounts::new(),
             max_depth: cfg.max_search_depth,
             max_nodes: cfg.max_search_nodes,
         })
@@ -467,7 +466,7 @@ impl<L: Layout> RawTable<L> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.counts.len.load(Ordering::Relaxed)
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -574,8 +573,10 @@ impl<L: Layout> RawTable<L> {
     }
 
     fn add_len(&self, d: isize) {
-        let n = self.len.load(Ordering::Relaxed);
-        self.len.store(n.wrapping_add_signed(d), Ordering::Relaxed);
+        let n = self.counts.len.load(Ordering::Relaxed);
+        self.counts
+            .len
+            .store(n.wrapping_add_signed(d), Ordering::Relaxed);
     }
 
     /// Insert or overwrite. Returns the previous value if the key was present.
@@ -747,8 +748,10 @@ impl<L: Layout> RawTable<L> {
         // Counted before the first move: a reader that sees any of them (through the version
         // protocol's fences) sees the count changed.
         let moved = search.path.len() - 1;
-        let total = self.moved.load(Ordering::Relaxed);
-        self.moved.store(total + moved as u64, Ordering::Release);
+        let total = self.counts.moved.load(Ordering::Relaxed);
+        self.counts
+            .moved
+            .store(total + moved as u64, Ordering::Release);
         for i in 0..search.path.len() - 1 {
             let (to_b, to_s) = search.path[i];
             let (from_b, from_s) = search.path[i + 1];
@@ -845,7 +848,7 @@ impl<L: Layout> RawTable<L> {
 
     /// Entries moved along cuckoo paths since the table was made.
     pub(crate) fn moved(&self) -> u64 {
-        self.moved.load(Ordering::Acquire)
+        self.counts.moved.load(Ordering::Acquire)
     }
 
     /// Reader side: visit the entries of buckets `start..start + count` (wrapping) while the

@@ -91,6 +91,32 @@ fn batched_reader_never_misses_a_key_being_displaced() {
     });
 }
 
+/// Keys arranged for a trade (see below): the writer, a reader, and `(away, one, new)`.
+fn before_a_trade() -> (QuotientWriter, QuotientReader, (u64, u64, u64)) {
+    let mut c = Config::with_capacity(24);
+    c.load_factor = 1.0;
+    let (mut w, r) = QuotientMap::new(&c).unwrap();
+    let pick = |w: &QuotientWriter, pair: (usize, usize), n: usize| -> Vec<u64> {
+        (1..100_000u64)
+            .filter(|&k| w.candidate_buckets(k) == Some(pair))
+            .take(n)
+            .collect()
+    };
+    let one = pick(&w, (1, 2), 8);
+    let away = pick(&w, (1, 0), 1)[0];
+    let zero = pick(&w, (0, 1), 7);
+    let new = pick(&w, (0, 2), 1)[0];
+    for &k in &one {
+        w.insert(k, 5).unwrap();
+    }
+    w.insert(away, 41).unwrap();
+    for &k in &zero {
+        w.insert(k, 7).unwrap();
+    }
+    assert_eq!(w.moves(), 0);
+    (w, r, (away, one[0], new))
+}
+
 /// A trade: bucket 0 is full and holds `away` in its second bucket (its first, bucket 1, full of
 /// keys whose other bucket is 2, which is empty). Inserting `new` (first bucket 0) sends one of
 /// bucket 1's keys to bucket 2 and `away` home to bucket 1, and `new` takes its slot: two moves.
@@ -98,34 +124,37 @@ fn batched_reader_never_misses_a_key_being_displaced() {
 #[test]
 fn reader_never_misses_a_key_being_traded_home() {
     model(|| {
-        let mut c = Config::with_capacity(24);
-        c.load_factor = 1.0;
-        let (mut w, r) = QuotientMap::new(&c).unwrap();
-        let pick = |w: &QuotientWriter, pair: (usize, usize), n: usize| -> Vec<u64> {
-            (1..100_000u64)
-                .filter(|&k| w.candidate_buckets(k) == Some(pair))
-                .take(n)
-                .collect()
-        };
-        let one = pick(&w, (1, 2), 8);
-        let away = pick(&w, (1, 0), 1)[0];
-        let zero = pick(&w, (0, 1), 7);
-        let new = pick(&w, (0, 2), 1)[0];
-        for &k in &one {
-            w.insert(k, 5).unwrap();
-        }
-        w.insert(away, 41).unwrap();
-        for &k in &zero {
-            w.insert(k, 7).unwrap();
-        }
-        assert_eq!(w.moves(), 0);
+        let (mut w, r, (away, one, new)) = before_a_trade();
         let reader = loom::thread::spawn({
             let r = r.clone();
-            move || (r.get(away), r.get(one[0]))
+            move || (r.get(away), r.get(one))
         });
         w.insert(new, 99).unwrap();
         assert_eq!(reader.join().unwrap(), (Some(41), Some(5)));
         assert_eq!(w.moves(), 2);
         assert_eq!(r.get(new), Some(99));
+    });
+}
+
+/// The same trade under a batched lookup of `away` (one chunk), which reads a key's second bucket (and
+/// snapshots its counter) only after missing it in the first: `away` may go home to its first
+/// bucket after that bucket was read and before its second is, and the first bucket's counter,
+/// taken before either read and changed by the move, must send the key to a lookup again.
+#[test]
+fn batched_reader_never_misses_a_key_being_traded_home() {
+    model(|| {
+        let (mut w, r, (away, one, new)) = before_a_trade();
+        let reader = loom::thread::spawn({
+            let r = r.clone();
+            move || {
+                let mut out = [None];
+                r.get_batch(&[away], &mut out);
+                out
+            }
+        });
+        w.insert(new, 99).unwrap();
+        assert_eq!(reader.join().unwrap(), [Some(41)]);
+        assert_eq!(w.moves(), 2);
+        assert_eq!(r.get(one), Some(5));
     });
 }
