@@ -46,7 +46,7 @@
 //! first does not hold it.
 
 use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering, Words};
-use crate::table::{CHUNK, STRIPES};
+use crate::table::{low_bits, CHUNK, ODD, STRIPES};
 use crate::{Config, InsertError};
 
 /// Words (of 8 bytes) per bucket: one cache line.
@@ -546,16 +546,6 @@ impl QTable {
     }
 }
 
-/// The low `n` bits set (`n <= 64`).
-#[inline(always)]
-fn low_bits(n: usize) -> u64 {
-    if n >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << n) - 1
-    }
-}
-
 /// One chunk of a batched lookup between its rounds. A key's second bucket is only worked out
 /// (and its counter only read) when the first bucket does not hold the key: about one key in
 /// nine, where the 2,4 layout needs it for more than one in four.
@@ -588,9 +578,6 @@ impl Default for Lanes {
         }
     }
 }
-
-/// The odd bits of both halves of a `vers` word.
-const ODD: u64 = 1 | 1 << 32;
 
 impl Lanes {
     /// Round 0: hash, prefetch first buckets, snapshot their counters.

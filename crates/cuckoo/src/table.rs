@@ -277,11 +277,11 @@ impl<'a, L: Layout> View<'a, L> {
 }
 
 /// The odd bits of both halves of a [`View::versions_of`] word.
-const ODD: u64 = 1 | 1 << 32;
+pub(crate) const ODD: u64 = 1 | 1 << 32;
 
 /// A mask of the low `n` bits (`n <= 64`).
 #[inline(always)]
-fn low_bits(n: usize) -> u64 {
+pub(crate) fn low_bits(n: usize) -> u64 {
     if n >= 64 {
         u64::MAX
     } else {
