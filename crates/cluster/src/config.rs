@@ -23,6 +23,9 @@ pub(crate) struct ClusterSection {
     pub(crate) mode: String,
     #[serde(default = "default_capacity")]
     pub(crate) capacity: usize,
+    /// Each node's FIB layout: `auto` (by its share of the capacity), `compact` or `quotient`.
+    #[serde(default = "default_fib_layout")]
+    pub(crate) fib_layout: String,
     /// Seconds a member's lease lives without a keepalive.
     #[serde(default = "default_ttl")]
     pub(crate) lease_ttl: u64,
@@ -37,6 +40,9 @@ fn default_mode() -> String {
 }
 fn default_capacity() -> usize {
     1 << 20
+}
+fn default_fib_layout() -> String {
+    "auto".into()
 }
 fn default_ttl() -> u64 {
     3
@@ -73,6 +79,8 @@ pub struct Config {
     /// The port driver (`cluster.driver`).
     pub(crate) driver: Driver,
     pub(crate) seed: Option<u64>,
+    /// The FIB layout asked (`cluster.fib_layout`; none: by size).
+    pub(crate) fib_layout: Option<fp_cuckoo::FibLayout>,
     /// By id.
     pub(crate) nodes: Vec<NodeSection>,
 }
@@ -111,6 +119,13 @@ impl Config {
         if !(1..=1 << 32).contains(&c.capacity) {
             bail!("cluster.capacity = {}: must be in 1..=2^32", c.capacity);
         }
+        let fib_layout = match c.fib_layout.as_str() {
+            "auto" => None,
+            l => Some(
+                l.parse()
+                    .map_err(|e| anyhow!("cluster.fib_layout = {e} or auto"))?,
+            ),
+        };
         if !(1..=3600).contains(&c.lease_ttl) {
             bail!("cluster.lease_ttl = {}: seconds in 1..=3600", c.lease_ttl);
         }
@@ -154,6 +169,7 @@ impl Config {
             mode,
             driver,
             seed,
+            fib_layout,
             nodes: nodes.into_iter().map(|n| n.expect("every id")).collect(),
         })
     }
@@ -250,6 +266,11 @@ admin = "127.0.0.1:9300"
                 "name = \"lab\"",
                 "name = \"lab\"\nlease_ttl = 0",
                 "cluster.lease_ttl",
+            ),
+            (
+                "name = \"lab\"",
+                "name = \"lab\"\nfib_layout = \"hopscotch\"",
+                "cluster.fib_layout",
             ),
             ("[\"p0\", \"p1\"]", "[\"p0\", \"ic0\"]", "listed twice"),
             ("name = \"lab\"", "name = \"lab\"\ncolour = 1", "colour"),

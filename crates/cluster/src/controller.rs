@@ -15,7 +15,7 @@
 
 use crate::stage::hash_home;
 use crate::{Error, Mode};
-use fp_cuckoo::{CompactWriter, InsertError};
+use fp_cuckoo::{FibWriter, InsertError};
 use fp_setsep::Updater;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,7 +44,7 @@ pub struct Controller {
     pub(crate) nodes: u8,
     pub(crate) hash_seed: u64,
     pub(crate) entries: HashMap<u64, (u8, u16)>,
-    pub(crate) fibs: Vec<CompactWriter>,
+    pub(crate) fibs: Vec<FibWriter>,
     pub(crate) gpt: Option<Updater>,
     pub(crate) down: Arc<AtomicU64>,
 }

@@ -89,7 +89,7 @@ pub use stage::{
     Tracer, DEFER, MAX_BURST, MAX_HOPS,
 };
 
-use fp_cuckoo::{CompactMap, InsertError};
+use fp_cuckoo::InsertError;
 use fp_engine::driver::{self, Core, Options};
 use fp_engine::port::{Port, PortStats, Wait};
 use fp_pipeline::packet::{Packet, Pool};
@@ -151,6 +151,9 @@ pub struct ClusterConfig {
     pub build_threads: usize,
     /// Page policy of the tables.
     pub pages: fp_cuckoo::PagePolicy,
+    /// Each node's FIB layout (none: by the node's share of the capacity,
+    /// [`fp_cuckoo::FibLayout::auto`]).
+    pub fib_layout: Option<fp_cuckoo::FibLayout>,
 }
 
 impl ClusterConfig {
@@ -169,6 +172,7 @@ impl ClusterConfig {
             gpt_setting: (16, 8),
             build_threads: 1,
             pages: fp_cuckoo::PagePolicy::Auto,
+            fib_layout: None,
         }
     }
 
@@ -269,6 +273,8 @@ pub struct NodeMemory {
     pub fib_entries: usize,
     /// Bytes of the node's partition table replica (blocks and fallback table).
     pub gpt_bytes: usize,
+    /// The FIB's layout ([`fp_cuckoo::Stats::layout`]).
+    pub fib_layout: &'static str,
 }
 
 impl NodeMemory {
@@ -516,7 +522,7 @@ pub(crate) fn node_fib(
     cfg: &ClusterConfig,
     id: u8,
     capacity: usize,
-) -> Result<(fp_cuckoo::CompactWriter, fp_cuckoo::CompactReader), Error> {
+) -> Result<(fp_cuckoo::FibWriter, fp_cuckoo::FibReader), Error> {
     let per_node = match cfg.mode {
         Mode::Duplicate => capacity,
         _ => ((capacity as f64 / cfg.nodes as f64) * cfg.fib_slack).ceil() as usize + 64,
@@ -529,7 +535,10 @@ pub(crate) fn node_fib(
             cfg.seed ^ (id as u64 + 1).wrapping_mul(FIB_SEED),
         ))
         .pages(cfg.pages);
-    Ok(CompactMap::new(&c)?)
+    let layout = cfg
+        .fib_layout
+        .unwrap_or_else(|| fp_cuckoo::FibLayout::auto(per_node));
+    Ok(fp_cuckoo::FibMap::new(&c, layout, 16)?)
 }
 
 /// The partition table's settings for a cluster sized for `capacity` entries.
@@ -640,6 +649,7 @@ impl<P: Port> Cluster<P> {
             fib_bytes: fs.bytes(),
             fib_entries: fs.len,
             gpt_bytes: t.gpt.as_ref().map_or(0, |g| g.stats().bytes()),
+            fib_layout: fs.layout,
         }
     }
 }

@@ -32,7 +32,7 @@
 use crate::controller::{check_entry, set_down};
 use crate::stage::{hash_home, Tables};
 use crate::{gpt_config, home_seed, node_fib, ClusterConfig, Error, Mode, NodeMemory, Update};
-use fp_cuckoo::CompactWriter;
+use fp_cuckoo::FibWriter;
 use fp_setsep::Updater;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,7 +58,7 @@ pub struct Member {
     mode: Mode,
     hash_seed: u64,
     entries: HashMap<u64, (u8, u16)>,
-    fib: CompactWriter,
+    fib: FibWriter,
     gpt: Option<Updater>,
     /// A reader of this node's replica (for memory figures and [`Member::verify`]).
     gpt_reader: Option<fp_setsep::SetSep>,
@@ -291,6 +291,7 @@ impl Member {
         NodeMemory {
             fib_bytes: fs.bytes(),
             fib_entries: fs.len,
+            fib_layout: fs.layout,
             gpt_bytes: self.gpt_reader.as_ref().map_or(0, |g| g.stats().bytes()),
         }
     }

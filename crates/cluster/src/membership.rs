@@ -181,6 +181,7 @@ impl Membership {
         let (rev0, kvs) = etcd.get_prefix(prefix.as_bytes())?;
         let mut ccfg = ClusterConfig::new(cfg.n(), cfg.mode, 255, shared.capacity);
         ccfg.seed = shared.seed;
+        ccfg.fib_layout = cfg.fib_layout;
         let mut initial = Vec::new();
         let mut up = vec![false; cfg.n() as usize];
         up[id as usize] = true;

@@ -207,8 +207,8 @@ impl View for NodeView {
         let mem = m.memory();
         let _ = writeln!(
             s,
-            "tables: FIB share {} entries, {} bytes; partition table {} bytes",
-            mem.fib_entries, mem.fib_bytes, mem.gpt_bytes
+            "tables: FIB share {} entries, {} bytes, {} layout; partition table {} bytes",
+            mem.fib_entries, mem.fib_bytes, mem.fib_layout, mem.gpt_bytes
         );
         let _ = writeln!(
             s,

@@ -55,7 +55,7 @@ use crate::interconnect::{
     node_mac, strip, Encap, Interconnect, Kind, ALL_NODES, ENCAP, ETHERTYPE_INTERCONNECT, FLOOD_MAC,
 };
 use crate::Mode;
-use fp_cuckoo::CompactReader;
+use fp_cuckoo::FibReader;
 pub use fp_pipeline::packet::MAX_BURST;
 use fp_pipeline::packet::{Packet, Pool};
 use fp_pipeline::stage::{Outputs, Stage};
@@ -258,7 +258,7 @@ pub struct NodeConfig {
 #[derive(Clone)]
 pub struct Tables {
     /// This node's share of the FIB (all of it under full duplication).
-    pub fib: CompactReader,
+    pub fib: FibReader,
     /// The partition table replica (ScaleBricks only).
     pub gpt: Option<SetSep>,
     /// Seed of the hash that picks a key's home under hash partitioning.

@@ -83,6 +83,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod fib;
 mod layout;
 mod quotient;
 mod sync;
@@ -90,6 +91,7 @@ mod table;
 
 use std::fmt;
 
+pub use fib::{FibLayout, FibMap, FibReader, FibWriter};
 pub use fp_mem::{PageKind, PagePolicy};
 pub use layout::{Compact, FixedBytes, General, Layout, COMPACT_MAX_KEY};
 pub use quotient::{
@@ -193,7 +195,7 @@ pub enum Placed<K, V> {
 pub struct Stats {
     /// Entries stored.
     pub len: usize,
-    /// Slots (4 per bucket).
+    /// Slots (4 per bucket in the 2,4 layouts).
     pub slots: usize,
     /// Buckets.
     pub buckets: usize,
@@ -209,6 +211,9 @@ pub struct Stats {
     pub payload_bytes: usize,
     /// Pages backing the slot array.
     pub pages: PageKind,
+    /// The layout: `"2,4"` (four slots in a bucket, whole keys) or `"quotient"` ([`QuotientMap`]:
+    /// 64-byte buckets, `slot_bytes` rounded up from its slot's bits).
+    pub layout: &'static str,
 }
 
 impl Stats {
@@ -253,13 +258,15 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} entries in {} slots ({:.1}% load), {:.1} MiB on {} pages, {:.2} bytes/entry",
+            "{} entries in {} slots ({:.1}% load), {:.1} MiB on {} pages, {:.2} bytes/entry, \
+             {} layout",
             self.len,
             self.slots,
             100.0 * self.load(),
             self.bytes() as f64 / (1 << 20) as f64,
             self.pages,
-            self.bytes_per_entry()
+            self.bytes_per_entry(),
+            self.layout
         )
     }
 }

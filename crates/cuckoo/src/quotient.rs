@@ -64,6 +64,16 @@ const C1: u64 = 0x9e37_79b9_7f4b; // odd
 const C2: u64 = 0xc2b2_ae3d_27d5; // odd
 /// Spreads a quotient over 64 bits for the second-bucket offset (odd; 2^64 / golden ratio).
 const OFFSET_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Spreads a key's bits above 48 over 48 bits before the mix (odd).
+const EXT_MUL: u64 = 0xd6e8_feb8_6659_fd93;
+
+/// The 48-bit word a key's bits above 48 (`e`, 0 for a 48-bit key) are xored into its low 48 bits
+/// with: for a given `e` the mix input is a bijection of the low bits, and `e` itself is stored in
+/// the slot's value lane, so the key comes back whole.
+#[inline(always)]
+fn spread(e: u64) -> u64 {
+    e.wrapping_mul(EXT_MUL) & MASK48
+}
 
 /// The multiplicative inverse of odd `c` modulo 2^48 (Newton's iteration).
 const fn inverse48(c: u64) -> u64 {
@@ -118,15 +128,22 @@ struct Geometry {
     hmask: u64,
     /// Where the high fields start: `32 · S`.
     hi_base: u32,
+    /// Bits of a value lane that hold the value + 1 (16, or fewer when the key is wider than 48
+    /// bits: then the lane's upper `16 - vbits` bits hold the key's bits above 48).
+    vbits: u32,
+    /// The low `vbits` bits set.
+    vmask: u64,
+    /// The lane bits above `vbits` (the key's bits above 48).
+    xmask: u64,
 }
 
 impl Geometry {
     /// The most slots per line for `capacity` entries at `load`: S slots of `qbits(N) + 17` bits
     /// with `N = ⌈capacity / (load · S)⌉` must fit 512 bits.
-    fn for_capacity(capacity: usize, load: f64) -> Geometry {
+    fn for_capacity(capacity: usize, load: f64, vbits: u32) -> Geometry {
         for slots in (1..=QUOTIENT_MAX_SLOTS).rev() {
             let n = ((capacity as f64 / (load * slots as f64)).ceil() as u64).max(2);
-            let g = Geometry::with(n, slots);
+            let g = Geometry::with(n, slots, vbits);
             if g.slots * g.width <= BUCKET_BITS {
                 return g;
             }
@@ -134,10 +151,14 @@ impl Geometry {
         unreachable!("one slot of at most 65 bits always fits a line")
     }
 
-    fn with(n: u64, slots: u32) -> Geometry {
+    fn with(n: u64, slots: u32, vbits: u32) -> Geometry {
         let qbits = 64 - (MASK48 / n).leading_zeros();
         let hbits = qbits.max(16) - 15;
+        let vmask = (1u64 << vbits) - 1;
         Geometry {
+            vbits,
+            vmask,
+            xmask: 0xffff & !vmask,
             n,
             recip: u64::MAX / n,
             slots,
@@ -245,7 +266,8 @@ fn lanes_equal_swar<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
 struct Probe {
     b1: u64,
     b2: u64,
-    /// The quotient shifted into place: `q << 1` (the flag bit, 0 or 1, is or-ed in per bucket).
+    /// The quotient shifted into place: `q << 1` (the flag bit, 0 or 1, is or-ed in per bucket),
+    /// and from bit 48 the key's bits above 48 as its value lane holds them ([`View::first_of`]).
     tag: u64,
 }
 
@@ -258,6 +280,8 @@ struct QTable {
     versions: Box<[AtomicU32; STRIPES]>,
     g: Geometry,
     seed: u64,
+    /// The widest key: `2^(64 - vbits) - 1`.
+    kmax: u64,
     counts: sync::WriterCounts,
     max_depth: usize,
     max_nodes: usize,
@@ -272,22 +296,26 @@ struct View<'a> {
     versions: &'a [AtomicU32; STRIPES],
     g: Geometry,
     seed: u64,
+    kmax: u64,
 }
 
 impl<'a> View<'a> {
-    /// A key's first bucket and `q << 1` (for a key of at most 48 bits).
+    /// A key's first bucket and its tag: `q << 1`, and from bit 48 the key's bits above 48
+    /// shifted to where its value lane holds them (nothing for a 48-bit key). For a key the
+    /// table takes (at most `64 - vbits` bits).
     #[inline(always)]
     fn first_of(&self, key: u64) -> (u64, u64) {
-        let h = mix48(key ^ (self.seed & MASK48));
+        let e = key >> 48;
+        let h = mix48((key & MASK48) ^ (self.seed & MASK48) ^ spread(e));
         let (q, b1) = self.g.divmod(h);
-        (b1, q << 1)
+        (b1, q << 1 | (e << self.g.vbits) << 48)
     }
 
     /// The second bucket of a key with first bucket `b1` and `tag` (`q << 1`).
     #[inline(always)]
     fn second_of(&self, b1: u64, tag: u64) -> u64 {
         // b1 < n and the offset < n: one conditional subtraction instead of a division.
-        let b2 = b1 + self.g.offset(self.seed, tag >> 1);
+        let b2 = b1 + self.g.offset(self.seed, (tag & MASK48) >> 1);
         if b2 >= self.g.n {
             b2 - self.g.n
         } else {
@@ -319,7 +347,8 @@ impl<'a> View<'a> {
         fp_hash::prefetch_read(self.words.as_ptr().wrapping_add(b as usize * BUCKET_WORDS));
     }
 
-    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` is `want`, else 0.
+    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` (and key bits above
+    /// 48, from bit 48) is `want`, else 0.
     /// Only the words a lookup needs are loaded (one cache line: they cost one miss together):
     /// the four of low quotient bits, compared all at once, then for the slots that match there
     /// the rest of the quotient and the value, straight from the table (no copy of the line).
@@ -330,7 +359,8 @@ impl<'a> View<'a> {
         let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
         let low = [w(0), w(1), w(2), w(3)];
         let mut cand = lanes_equal::<1>(&low, (want >> 1) as u16) & g.slot_mask;
-        let want_hi = (want >> 17) << 1 | (want & 1);
+        let want_hi = ((want & MASK48) >> 17) << 1 | (want & 1);
+        let want_x = want >> 48;
         let mut got = 0u64;
         while cand != 0 {
             let i = cand.trailing_zeros();
@@ -342,7 +372,10 @@ impl<'a> View<'a> {
             let next = (hw + 1).min(BUCKET_WORDS as u32 - 1);
             let two = w(hw) >> sh | (w(next) << 1) << (63 - sh);
             if two & g.hmask == want_hi {
-                got |= w(val / 64) >> (val % 64) & 0xffff;
+                let v = w(val / 64) >> (val % 64) & 0xffff;
+                if v & g.xmask == want_x {
+                    got |= v & g.vmask;
+                }
             }
         }
         got
@@ -357,6 +390,19 @@ impl QuotientMap {
     /// a reader (clone it for more).
     #[allow(clippy::new_ret_no_self)]
     pub fn new(cfg: &Config) -> Result<(QuotientWriter, QuotientReader), crate::Error> {
+        QuotientMap::with_value_bits(cfg, 16)
+    }
+
+    /// An empty table whose values take `value_bits` (2..=16) bits and keys `64 - value_bits`
+    /// (CompactMap's split, for a FIB keyed by VLAN and MAC): values up to `2^value_bits - 2`,
+    /// keys up to `2^(64 - value_bits) - 1`. A key's bits above 48 are xored, spread, into the
+    /// mix's input and kept in the upper bits of its slot's 16-bit value lane, so slots stay as
+    /// wide as with 48-bit keys.
+    pub fn with_value_bits(
+        cfg: &Config,
+        value_bits: u32,
+    ) -> Result<(QuotientWriter, QuotientReader), crate::Error> {
+        let vbits = value_bits.clamp(2, 16);
         if !(cfg.load_factor > 0.0 && cfg.load_factor <= 1.0) {
             return Err(crate::Error::Config {
                 field: "load_factor",
@@ -364,7 +410,7 @@ impl QuotientMap {
                 why: "must be in (0, 1]",
             });
         }
-        let g = Geometry::for_capacity(cfg.capacity.max(1), cfg.load_factor);
+        let g = Geometry::for_capacity(cfg.capacity.max(1), cfg.load_factor, vbits);
         let n_words = (g.n as usize)
             .checked_mul(BUCKET_WORDS)
             .ok_or(crate::Error::TooLarge {
@@ -375,6 +421,7 @@ impl QuotientMap {
             versions: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             g,
             seed: cfg.seed,
+            kmax: u64::MAX >> vbits,
             counts: sync::WriterCounts::new(),
             max_depth: cfg.max_search_depth.max(1),
             max_nodes: cfg.max_search_nodes.max(2),
@@ -394,7 +441,7 @@ impl QuotientMap {
 impl QTable {
     #[inline(always)]
     fn probe(&self, key: u64) -> Option<Probe> {
-        if key > MASK48 {
+        if key > self.kmax {
             return None;
         }
         let (b1, tag) = self.first_of(key);
@@ -413,6 +460,7 @@ impl QTable {
             versions: &self.versions,
             g: self.g,
             seed: self.seed,
+            kmax: self.kmax,
         }
     }
 
@@ -446,7 +494,8 @@ impl QTable {
         line
     }
 
-    /// Slot `i` of a line as one word: `q << 17 | flag << 16 | (value + 1)`.
+    /// Slot `i` of a line as one word: `q << 17 | flag << 16 | lane`, the lane being the value + 1
+    /// and above it any key bits beyond 48.
     #[inline(always)]
     fn slot(&self, line: &Line, i: u32) -> u64 {
         let g = &self.g;
@@ -467,17 +516,19 @@ impl QTable {
         lanes_equal::<2>(line, 0) >> self.g.slots & self.g.slot_mask
     }
 
-    /// The slot of `line` holding `want` (`q << 1 | flag`), if any.
+    /// The slot of `line` holding `want` (`q << 1 | flag`, key bits above 48 from bit 48), if
+    /// any.
     #[inline(always)]
     fn position(&self, line: &Line, want: u64) -> Option<u32> {
         let g = &self.g;
-        let want_hi = (want >> 17) << 1 | (want & 1);
+        let want_hi = ((want & MASK48) >> 17) << 1 | (want & 1);
         let mut cand = self.candidates(line, want);
         while cand != 0 {
             let i = cand.trailing_zeros();
             cand &= cand - 1;
             let (_, val, hi) = g.fields(i);
-            if bits(line, hi, g.hbits) == want_hi && lane(line, val) != 0 {
+            let v = lane(line, val);
+            if bits(line, hi, g.hbits) == want_hi && v != 0 && v & g.xmask == want >> 48 {
                 return Some(i);
             }
         }
@@ -588,9 +639,10 @@ impl Lanes {
         self.n = n;
         self.found = 0;
         let mut valid = 0u64;
+        let kmax = t.kmax;
         for (i, &k) in keys[..n].iter().enumerate() {
-            let (b1, tag) = t.first_of(k & MASK48);
-            valid |= ((k <= MASK48) as u64) << i;
+            let (b1, tag) = t.first_of(k & kmax);
+            valid |= ((k <= kmax) as u64) << i;
             t.prefetch(b1);
             if !OWNER {
                 let v1 = t.version(b1).load(Ordering::Acquire) as u64;
@@ -784,7 +836,12 @@ impl QuotientWriter {
     /// The value of `key` (no version protocol: no write runs while the writer reads).
     pub fn get(&self, key: u64) -> Option<u16> {
         let p = self.t.probe(key)?;
-        self.find(&p).map(|(_, _, raw)| (raw & 0xffff) as u16 - 1)
+        self.find(&p).map(|(_, _, raw)| self.value_of(raw))
+    }
+
+    /// The value in slot bits `raw` (from [`QTable::slot`]).
+    fn value_of(&self, raw: u64) -> u16 {
+        ((raw & self.t.g.vmask) - 1) as u16
     }
 
     /// [`QuotientReader::get_batch`] for the writer's own lookups.
@@ -853,8 +910,9 @@ impl QuotientWriter {
                 } else {
                     (b + g.n - g.offset(self.t.seed, q)) % g.n
                 };
-                let key = unmix48(q * g.n + b1) ^ (self.t.seed & MASK48);
-                f(key, (s & 0xffff) as u16 - 1);
+                let e = (s & g.xmask) >> g.vbits;
+                let low = unmix48(q * g.n + b1) ^ (self.t.seed & MASK48) ^ spread(e);
+                f(e << 48 | low, self.value_of(s));
             }
         }
     }
@@ -864,15 +922,16 @@ impl QuotientWriter {
     /// it has room, else to room a trade makes there (the module docs say how), else to its
     /// second bucket, else along the shortest cuckoo path found.
     pub fn insert(&mut self, key: u64, value: u16) -> Result<Option<u16>, InsertError> {
-        if value == u16::MAX {
+        if value as u64 + 1 > self.t.g.vmask {
             return Err(InsertError::ReservedValue);
         }
         let p = self.t.probe(key).ok_or(InsertError::KeyOutOfRange)?;
         if let Some((b, i, raw)) = self.find(&p) {
-            self.write(b, i, (raw & !0xffff) | (value as u64 + 1));
-            return Ok(Some((raw & 0xffff) as u16 - 1));
+            self.write(b, i, (raw & !self.t.g.vmask) | (value as u64 + 1));
+            return Ok(Some(self.value_of(raw)));
         }
-        let entry = |second: u64| (p.tag | second) << 16 | (value as u64 + 1);
+        let entry =
+            |second: u64| ((p.tag & MASK48) | second) << 16 | p.tag >> 48 | (value as u64 + 1);
         if let Some(i) = self.free_slot(p.b1) {
             self.write(p.b1, i, entry(0));
         } else if let Some(i) = self.trade(p.b1) {
@@ -887,13 +946,26 @@ impl QuotientWriter {
         Ok(None)
     }
 
+    /// Overwrite the value of a present key in place: `Ok(Some(old))`, or `Ok(None)` (nothing
+    /// written) when the key is absent.
+    pub fn update(&mut self, key: u64, value: u16) -> Result<Option<u16>, InsertError> {
+        if value as u64 + 1 > self.t.g.vmask {
+            return Err(InsertError::ReservedValue);
+        }
+        let p = self.t.probe(key).ok_or(InsertError::KeyOutOfRange)?;
+        Ok(self.find(&p).map(|(b, i, raw)| {
+            self.write(b, i, (raw & !self.t.g.vmask) | (value as u64 + 1));
+            self.value_of(raw)
+        }))
+    }
+
     /// Remove `key`; its value if it was there.
     pub fn remove(&mut self, key: u64) -> Option<u16> {
         let p = self.t.probe(key)?;
         let (b, i, raw) = self.find(&p)?;
         self.write(b, i, 0);
         self.t.counts.len.fetch_sub(1, Ordering::Relaxed);
-        Some((raw & 0xffff) as u16 - 1)
+        Some(self.value_of(raw))
     }
 
     /// Where `p`'s key sits: (bucket, slot, slot bits).
@@ -1196,7 +1268,7 @@ mod tests {
             81_000_017,
             (1 << 32) + 15,
         ] {
-            let g = Geometry::with(n, 8);
+            let g = Geometry::with(n, 8, 16);
             for h in [0, 1, n - 1, n, n + 1, MASK48, MASK48 - n] {
                 assert_eq!(g.divmod(h), (h / n, h % n), "{h} / {n}");
             }
@@ -1211,7 +1283,7 @@ mod tests {
 
     #[test]
     fn geometry_packs_more_slots_into_larger_tables() {
-        let at = |cap: usize| Geometry::for_capacity(cap, 0.95);
+        let at = |cap: usize| Geometry::for_capacity(cap, 0.95, 16);
         let (small, mid, big, huge) = (at(1 << 20), at(64 << 20), at(256 << 20), at(1 << 30));
         assert_eq!(small.slots, 10);
         assert_eq!((mid.slots, mid.width), (11, 43));
@@ -1268,6 +1340,59 @@ mod tests {
         let (first, second) = w.placement();
         assert_eq!(first + second, keys.len() - 1);
         assert!(w.moves() > 0, "a 95 % fill moves entries");
+    }
+
+    #[test]
+    fn keys_wider_than_48_bits_keep_their_upper_bits_in_the_value_lane() {
+        // A switch of 16 ports: 5 value bits, keys of 59 bits (an 11-bit FID above the MAC).
+        let (mut w, r) = QuotientMap::with_value_bits(&Config::with_capacity(20_000), 5).unwrap();
+        let macs: Vec<u64> = (0..2_500u64)
+            .map(|i| fp_hash::splitmix64(i) & MASK48)
+            .collect();
+        // The same MACs in eight FIDs, up to the widest.
+        let fids = [0u64, 1, 2, 3, 100, 1000, 2046, 2047];
+        let key = |f: u64, m: u64| f << 48 | m;
+        let value = |f: u64, i: usize| ((f as usize + i) % 31) as u16;
+        for &f in &fids {
+            for (i, &m) in macs.iter().enumerate() {
+                assert_eq!(w.insert(key(f, m), value(f, i)), Ok(None));
+            }
+        }
+        assert_eq!(w.len(), fids.len() * macs.len());
+        let keys: Vec<u64> = fids
+            .iter()
+            .flat_map(|&f| macs.iter().map(move |&m| key(f, m)))
+            .collect();
+        let mut out = vec![None; keys.len()];
+        r.get_batch(&keys, &mut out);
+        for (j, (&k, o)) in keys.iter().zip(&out).enumerate() {
+            let want = value(fids[j / macs.len()], j % macs.len());
+            assert_eq!(*o, Some(want), "key {k:016x}");
+            assert_eq!(r.get(k), Some(want));
+            assert_eq!(w.get(k), Some(want));
+        }
+        let mut seen = std::collections::HashMap::new();
+        w.for_each(|k, v| {
+            assert!(seen.insert(k, v).is_none(), "{k:016x} twice");
+        });
+        assert_eq!(seen.len(), keys.len());
+        for (j, k) in keys.iter().enumerate() {
+            assert_eq!(seen[k], value(fids[j / macs.len()], j % macs.len()));
+        }
+        // A MAC in a FID it was never learned in, keys and values beyond the split.
+        assert_eq!(r.get(key(5, macs[0])), None);
+        assert_eq!(w.insert(1 << 59, 1), Err(InsertError::KeyOutOfRange));
+        assert_eq!(r.get(1 << 59), None);
+        assert_eq!(w.insert(7, 31), Err(InsertError::ReservedValue));
+        assert_eq!(w.insert(7, 30), Ok(None));
+        // Updates and removals touch one FID's entry only.
+        assert_eq!(w.update(key(2047, macs[9]), 17), Ok(Some(value(2047, 9))));
+        assert_eq!(w.update(key(5, macs[9]), 17), Ok(None));
+        assert_eq!(r.get(key(2047, macs[9])), Some(17));
+        assert_eq!(r.get(key(1000, macs[9])), Some(value(1000, 9)));
+        assert_eq!(w.remove(key(0, macs[9])), Some(value(0, 9)));
+        assert_eq!(r.get(key(0, macs[9])), None);
+        assert_eq!(r.get(key(1, macs[9])), Some(value(1, 9)));
     }
 
     #[test]

@@ -480,6 +480,7 @@ impl<L: Layout> RawTable<L> {
             slot_bytes: self.layout.stride() * 8,
             payload_bytes: self.layout.payload_bytes(),
             pages: sync::page_kind(&self.words),
+            layout: "2,4",
         }
     }
 

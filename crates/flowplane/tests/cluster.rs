@@ -210,6 +210,8 @@ struct Lab {
     nodes: Vec<Netns>,
     hosts: Vec<Netns>,
     config: PathBuf,
+    /// The FIB layout the nodes run with.
+    layout: &'static str,
     _etcd: Proc,
 }
 
@@ -265,7 +267,17 @@ impl Lab {
     }
 }
 
+/// The FIB layout each driver's run uses: both layouts go through every step.
+fn layout(driver: &str) -> &'static str {
+    if driver == "af_xdp" {
+        "quotient"
+    } else {
+        "compact"
+    }
+}
+
 fn lab(tag: &str, driver: &str) -> Result<Lab> {
+    let layout = layout(driver);
     let net = TestNet::new(tag)?;
     net.require_tools(&["etcd", "ping"])?;
     let quiet = |ns: &Netns| -> Result<()> {
@@ -309,7 +321,7 @@ fn lab(tag: &str, driver: &str) -> Result<Lab> {
     let etcd = sw.etcd(ETCD_IP, ETCD_PORT, &dir)?;
     let mut cfg = format!(
         "[cluster]\nname = \"t\"\netcd = [\"http://{ETCD_IP}:{ETCD_PORT}\"]\nlease_ttl = {TTL}\n\
-         capacity = 4096\ndriver = \"{driver}\"\n"
+         capacity = 4096\ndriver = \"{driver}\"\nfib_layout = \"{layout}\"\n"
     );
     for i in 0..3u8 {
         let ext = if i == 2 {
@@ -330,6 +342,7 @@ fn lab(tag: &str, driver: &str) -> Result<Lab> {
         nodes,
         hosts,
         config,
+        layout,
         _etcd: etcd,
     })
 }
@@ -480,6 +493,12 @@ fn scenario(lab: &Lab, t0: Instant, procs: &mut Vec<Option<Proc>>) -> Result<()>
         }
         let st = lab.admin(i, "/status")?;
         ensure!(st.contains("verify: ok"), "node {i}: {st}");
+        let name = if lab.layout == "quotient" {
+            "quotient"
+        } else {
+            "2,4"
+        };
+        ensure!(st.contains(&format!("{name} layout")), "node {i}: {st}");
     }
     let d = digests(lab)?;
     ensure!(

@@ -140,6 +140,13 @@ fn start_switch(
     aging: &str,
     state: &std::path::Path,
 ) -> Result<Proc> {
+    // Both FIB layouts go through every step: the 2,4 layout on AF_PACKET, the quotiented one
+    // on AF_XDP.
+    let layout = if driver == "af_xdp" {
+        "quotient"
+    } else {
+        "compact"
+    };
     let switch = sw
         .cmd([
             env!("CARGO_BIN_EXE_flowplane"),
@@ -156,6 +163,8 @@ fn start_switch(
             "8",
             "--fib-capacity",
             "65536",
+            "--fib-layout",
+            layout,
             "--static",
             &format!("{}=2", mac_str(STATIC_MAC)),
             "--admin",
@@ -485,6 +494,12 @@ fn run_steps(b: &mut Bed, driver: &str) -> Result<()> {
         status.contains("static 02:00:00:00:00:99 -> port 2 (p2); fib says Some(2)"),
         "{status}"
     );
+    let layout = if driver == "af_xdp" {
+        "quotient"
+    } else {
+        "2,4"
+    };
+    assert!(status.contains(&format!("{layout} layout")), "{status}");
     // After aging, the next frame to h1 is flooded again (unknown): h2 sees it too. A stray frame
     // from h1 (its kernel's own traffic) can relearn it between the check above and the send, so
     // wait for the FIB to hold only the static entry again before each attempt.

@@ -42,12 +42,24 @@ const ADMIN: &str = "127.0.0.1:9311";
 const A_MAC: &str = "02:00:00:00:0a:01";
 const B_MAC: &str = "02:00:00:00:0b:02";
 
-fn config_text(p1_vlan: &str) -> String {
+/// The FIB layout each driver's run uses: both layouts go through every step, keyed by VLAN
+/// and MAC.
+fn layout(driver: &str) -> &'static str {
+    if driver == "af_xdp" {
+        "quotient"
+    } else {
+        "compact"
+    }
+}
+
+fn config_text(p1_vlan: &str, driver: &str) -> String {
+    let layout = layout(driver);
     format!(
         r#"
 [switch]
 aging_secs = 300
 fib_capacity = 65536
+fib_layout = "{layout}"
 
 [[port]]
 interface = "p0"
@@ -181,8 +193,13 @@ fn bed(tag: &str, driver: &str) -> Result<Bed> {
     ])?;
     ovs.vsctl(&["add-port", "br0", "d10", "tag=10"])?;
     ovs.vsctl(&["add-port", "br0", "d20", "tag=20"])?;
-    let (switch, config) =
-        common::start_switch(&sw, &net.dir("switch")?, &config_text("20"), driver, ADMIN)?;
+    let (switch, config) = common::start_switch(
+        &sw,
+        &net.dir("switch")?,
+        &config_text("20", driver),
+        driver,
+        ADMIN,
+    )?;
     Ok(Bed {
         net,
         sw,
@@ -218,13 +235,19 @@ fn run_steps(b: &mut Bed, driver: &str) -> Result<()> {
     }
     let status = b.curl(&[&format!("http://{ADMIN}/status")])?;
     assert!(status.contains("port 2: p2 (trunk [10,20])"), "{status}");
+    let name = if layout(driver) == "quotient" {
+        "quotient"
+    } else {
+        "2,4"
+    };
+    assert!(status.contains(&format!("{name} layout")), "{status}");
     eprintln!("{driver}: two VLANs with one MAC and address kept apart");
 
     // 2. Reload: p1 moves to VLAN 30. a20's entry (VLAN 20 on p1) goes; VLAN 10's entries and
     //    b20's (VLAN 20, on the trunk) stay.
     let learned10 = b.metric("flowplane_switch_vlan_learned_entries{vlan=\"10\"}")?;
     let flushed0 = b.metric("flowplane_switch_fib_flushed_total")?;
-    std::fs::write(&b.config, config_text("30"))?;
+    std::fs::write(&b.config, config_text("30", driver))?;
     b.switch.signal(libc::SIGHUP);
     b.switch
         .wait_log("committed, generation 2", Duration::from_secs(5))
@@ -249,7 +272,7 @@ fn run_steps(b: &mut Bed, driver: &str) -> Result<()> {
     );
 
     // 3. A bad reload is rejected naming the field; the running configuration stays.
-    std::fs::write(&b.config, config_text("5000"))?;
+    std::fs::write(&b.config, config_text("5000", driver))?;
     let reply = b.curl(&["-X", "POST", &format!("http://{ADMIN}/reload")])?;
     assert!(reply.contains("port[1].vlan"), "reload reply: {reply}");
     assert_eq!(b.metric("flowplane_switch_config_generation")?, 2.0);

@@ -12,8 +12,8 @@ pub struct SwitchArgs {
     /// docs/switch-configuration.md) instead of the options below; SIGHUP or `POST /reload`
     /// reads it again.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "ports", "statics", "fib", "aging_secs", "fib_capacity", "learn_queue", "fib_cache",
-        "gather", "no_trace", "state_dir"
+        "ports", "statics", "fib", "aging_secs", "fib_capacity", "fib_layout", "learn_queue",
+        "fib_cache", "gather", "no_trace", "state_dir"
     ])]
     pub config: Option<PathBuf>,
     /// The switch ports: interfaces, comma-separated; port index = position (0, 1, ...).
@@ -38,6 +38,11 @@ pub struct SwitchArgs {
     /// FIB capacity in entries (grown to fit a preload).
     #[arg(long, default_value_t = 1 << 20)]
     pub fib_capacity: usize,
+    /// The FIB's layout: `compact` (the 2,4 layout, 8.4 bytes per entry), `quotient` (5.2 to 6.8
+    /// bytes per entry, fewer lines per lookup, more instructions), or `auto`: quotient from
+    /// 268435456 (256 Mi) entries, compact below (docs/quotient.md).
+    #[arg(long, default_value = "auto", value_name = "auto|compact|quotient")]
+    pub fib_layout: String,
     /// Capacity of the learn-event queue from the workers to the FIB writer.
     #[arg(long, default_value_t = 4096)]
     pub learn_queue: usize,
@@ -79,6 +84,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         !a.no_trace,
     )?;
     cfg.set_gather(a.gather)?;
+    cfg.set_fib_layout(&a.fib_layout)?;
     if let Some(dir) = a.state_dir {
         cfg.state_dir = dir;
     }

@@ -7,6 +7,7 @@
 use crate::controller::Static;
 use crate::guard::{Damping, Storm};
 use crate::vlan::{self, PortVlans};
+use fp_cuckoo::FibLayout;
 use fp_wire::ethernet::MacAddr;
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashSet};
@@ -92,6 +93,8 @@ pub struct SwitchConfig {
     pub preload: Vec<(MacAddr, u16)>,
     /// FIB capacity asked (at least the preload and the statics).
     pub fib_capacity: usize,
+    /// The FIB's layout asked (`--fib-layout`; none: by capacity, [`FibLayout::auto`]).
+    pub fib_layout: Option<FibLayout>,
     /// Capacity of the learn-event queue.
     pub learn_queue: usize,
     /// Entries of each worker's FIB cache (0: none).
@@ -194,6 +197,7 @@ impl SwitchConfig {
             fib_file: fib.map(Path::to_path_buf),
             preload,
             fib_capacity,
+            fib_layout: None,
             learn_queue,
             fib_cache,
             trace,
@@ -216,6 +220,25 @@ impl SwitchConfig {
         }
         self.gather = frames;
         Ok(())
+    }
+
+    /// Set the FIB's layout (`--fib-layout`): `auto` (the quotiented layout from
+    /// [`FibLayout::QUOTIENT_FROM`] entries, else the 2,4 layout), `compact` or `quotient`.
+    pub fn set_fib_layout(&mut self, layout: &str) -> Result<(), ConfigError> {
+        self.fib_layout = match layout {
+            "auto" => None,
+            l => Some(
+                l.parse()
+                    .map_err(|e: String| invalid("--fib-layout", format!("{e} or auto")))?,
+            ),
+        };
+        Ok(())
+    }
+
+    /// The FIB's layout: the one asked, else the one for its capacity.
+    pub fn fib_layout(&self) -> FibLayout {
+        self.fib_layout
+            .unwrap_or_else(|| FibLayout::auto(self.fib_capacity))
     }
 
     /// The aging time in nanoseconds.
@@ -305,6 +328,10 @@ impl SwitchConfig {
         )
         .map_err(|e| rename_option(e, "port", "switch"))?;
         cfg.fib_file = sw.fib.clone();
+        if let Some(l) = &sw.fib_layout {
+            cfg.set_fib_layout(l)
+                .map_err(|e| rename_option(e, "", "switch"))?;
+        }
         if let Some(g) = sw.gather {
             cfg.set_gather(g)
                 .map_err(|e| rename_option(e, "", "switch"))?;
@@ -455,11 +482,12 @@ impl SwitchConfig {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "switch: {} ports, aging {:?}, FIB capacity {}, learn queue {}, FIB cache {}, gather \
-             {}, tracer {}",
+            "switch: {} ports, aging {:?}, FIB capacity {} ({} layout), learn queue {}, FIB cache \
+             {}, gather {}, tracer {}",
             self.ports.len(),
             self.aging,
             self.fib_capacity,
+            self.fib_layout(),
             self.learn_queue,
             self.fib_cache,
             self.gather,
@@ -587,6 +615,8 @@ impl SwitchConfig {
             Some("port (the ports and their order)")
         } else if self.fib_capacity != new.fib_capacity {
             Some("switch.fib_capacity")
+        } else if self.fib_layout() != new.fib_layout() {
+            Some("switch.fib_layout")
         } else if self.learn_queue != new.learn_queue {
             Some("switch.learn_queue")
         } else if self.fib_cache != new.fib_cache {
@@ -794,6 +824,7 @@ struct RawSwitch {
     aging_secs: Option<f64>,
     fib: Option<PathBuf>,
     fib_capacity: Option<usize>,
+    fib_layout: Option<String>,
     learn_queue: Option<usize>,
     fib_cache: Option<usize>,
     gather: Option<usize>,
@@ -1202,6 +1233,11 @@ mod tests {
                 "switch.gather",
             ),
             (
+                "aging_secs = 60",
+                "aging_secs = 60\nfib_layout = \"2,5\"",
+                "switch.fib_layout: \"2,5\": expected compact or quotient or auto",
+            ),
+            (
                 "interface = \"spare\"",
                 "interface = \"h1\"",
                 "port: \"h1\" is listed twice",
@@ -1313,6 +1349,17 @@ mod tests {
         let b = SwitchConfig::from_toml(&FILE.replace("aging_secs = 60", "fib_capacity = 9999"))
             .unwrap();
         assert_eq!(a.fixed_differs(&b), Some("switch.fib_capacity"));
+        // The layout follows the capacity unless asked; changing it needs a restart.
+        assert_eq!(a.fib_layout(), FibLayout::Compact);
+        let q = FILE.replace("aging_secs = 60", "fib_layout = \"quotient\"");
+        let q = SwitchConfig::from_toml(&q).unwrap();
+        assert_eq!(q.fib_layout(), FibLayout::Quotient);
+        assert_eq!(a.fixed_differs(&q), Some("switch.fib_layout"));
+        let big = FILE.replace("aging_secs = 60", "fib_capacity = 268435456");
+        let big = SwitchConfig::from_toml(&big).unwrap();
+        assert_eq!(big.fib_layout(), FibLayout::Quotient, "auto from 256 Mi entries");
+        let asked = FILE.replace("aging_secs = 60", "fib_layout = \"auto\"");
+        assert_eq!(a.fixed_differs(&SwitchConfig::from_toml(&asked).unwrap()), None);
         let c = SwitchConfig::from_toml(&FILE.replace("\"spare\"", "\"other\"")).unwrap();
         assert!(a.fixed_differs(&c).unwrap().starts_with("port"));
         // A preload is named, not read, on a reload; with one, VLAN changes need a restart.

@@ -10,7 +10,7 @@
 use crate::guard::{Damping, PortLocks, Storm};
 use crate::stage::Learn;
 use crate::vlan::{self, FidMap, PortPlan, PortVlans};
-use fp_cuckoo::{CompactReader, CompactWriter, InsertError};
+use fp_cuckoo::{FibReader, FibWriter, InsertError};
 use fp_pipeline::published::Published;
 use fp_wire::ethernet::MacAddr;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -142,7 +142,7 @@ pub struct Static {
 
 /// The single writer of the switch FIB: applies learn events, keeps static entries, ages.
 pub struct SwitchControl {
-    fib: CompactWriter,
+    fib: FibWriter,
     learn: Receiver<Learn>,
     statics: HashMap<Id, u16>,
     /// Learned entries: when last seen, and on which port.
@@ -179,9 +179,9 @@ pub fn learn_queue(capacity: usize) -> (SyncSender<Learn>, Receiver<Learn>) {
 
 impl SwitchControl {
     /// The writer of `fib`, consuming `learn`, aging learned entries after `aging_ns`.
-    pub fn new(fib: CompactWriter, learn: Receiver<Learn>, aging_ns: u64) -> SwitchControl {
+    pub fn new(fib: impl Into<FibWriter>, learn: Receiver<Learn>, aging_ns: u64) -> SwitchControl {
         SwitchControl {
-            fib,
+            fib: fib.into(),
             learn,
             statics: HashMap::new(),
             last_seen: HashMap::new(),
@@ -749,7 +749,7 @@ impl SwitchControl {
     }
 
     /// A reader of the FIB.
-    pub fn reader(&self) -> CompactReader {
+    pub fn reader(&self) -> FibReader {
         self.fib.reader()
     }
 

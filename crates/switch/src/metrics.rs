@@ -370,11 +370,13 @@ impl View for SwitchView {
         let fib = p.fib;
         let _ = writeln!(
             s,
-            "fib: {} entries of {} slots (capacity asked {}), {} pages; aging {:?}; learn queue {}; \
-             configuration generation {}",
+            "fib: {} entries of {} slots (capacity asked {}, {} layout, {:.2} bytes/entry), {} \
+             pages; aging {:?}; learn queue {}; configuration generation {}",
             fib.len,
             fib.slots,
             self.fib_capacity,
+            fib.layout,
+            fib.bytes_per_entry(),
             fib.pages,
             p.aging,
             self.learn_queue,

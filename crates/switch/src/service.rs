@@ -18,7 +18,7 @@ use crate::stp::{Flush, PortConfig, PortStatus, Stp, StpConfig};
 use crate::vlan::PortVlans;
 use anyhow::{Context as _, Result};
 use fp_control::log;
-use fp_cuckoo::{CompactMap, CompactReader, Config};
+use fp_cuckoo::{Config, FibMap, FibReader};
 use fp_engine::driver::{Finished, Options};
 use fp_engine::live::Capture;
 use fp_pipeline::stats::Counter;
@@ -176,7 +176,7 @@ pub(crate) struct WorkerCounters {
 pub struct SwitchService {
     cfg: SwitchConfig,
     ctl: SwitchControl,
-    fib: CompactReader,
+    fib: FibReader,
     learn: SyncSender<Learn>,
     names: Arc<Vec<String>>,
     workers: Vec<WorkerCounters>,
@@ -332,9 +332,13 @@ impl SwitchService {
         let capacity = cfg.fib_capacity;
         let nports = cfg.ports.len();
         // The port takes the value bits it needs; the rest of the word holds (FID, MAC).
-        let (fw, fr) =
-            CompactMap::with_value_bits(&fib_config(capacity), crate::vlan::value_bits(nports))
-                .with_context(|| format!("building a FIB of {capacity} entries"))?;
+        let layout = cfg.fib_layout();
+        let (fw, fr) = FibMap::new(
+            &fib_config(capacity),
+            layout,
+            crate::vlan::value_bits(nports),
+        )
+        .with_context(|| format!("building a FIB of {capacity} entries ({layout} layout)"))?;
         let (ltx, lrx) = learn_queue(cfg.learn_queue);
         let mut ctl = SwitchControl::new(fw, lrx, cfg.aging_ns());
         ctl.set_vlans(nports, cfg.vlans.clone())

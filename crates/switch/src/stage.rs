@@ -22,7 +22,7 @@ use crate::controller::FibEpoch;
 use crate::guard::{Kind, PortLocks, StormBuckets};
 use crate::sflow::{Sample, Sampler, Went};
 use crate::vlan::{self, PortPlan, VlanDrop};
-use fp_cuckoo::{CompactReader, Prefetch};
+use fp_cuckoo::{FibReader, Prefetch};
 use fp_flowcache::KeyedCache;
 use fp_pipeline::packet::{Packet, Pool, MAX_BURST};
 use fp_pipeline::published::{Cached, Published};
@@ -264,7 +264,7 @@ struct Held<'a> {
 
 /// One switch worker.
 pub struct SwitchWorker {
-    fib: CompactReader,
+    fib: FibReader,
     ports: u16,
     learn: SyncSender<Learn>,
     refresh: Box<[(Key, u16, u64)]>,
@@ -329,13 +329,13 @@ impl SwitchWorker {
     /// A worker for a switch of `ports` ports reading `fib`, reporting to `learn`. Learned entries
     /// age after `aging_ns`.
     pub fn new(
-        fib: CompactReader,
+        fib: impl Into<FibReader>,
         ports: u16,
         learn: SyncSender<Learn>,
         aging_ns: u64,
     ) -> SwitchWorker {
         SwitchWorker {
-            fib,
+            fib: fib.into(),
             ports,
             learn,
             refresh: vec![(u64::MAX, 0, 0); REFRESH_SLOTS].into_boxed_slice(),
@@ -1270,7 +1270,7 @@ type Found = (u64, MacAddr, MacAddr, Option<u16>, Option<u16>);
 /// A worker's view of the tracer: its queue to the control side, the FIB, the port names.
 struct Tracer {
     probes: ProbeSender<SwitchRecord>,
-    fib: CompactReader,
+    fib: FibReader,
     names: Arc<Vec<String>>,
     /// The probes of the current burst.
     found: [Found; MAX_PROBES],
@@ -1371,7 +1371,7 @@ impl SwitchStage {
     pub fn new(
         index: usize,
         sw: SwitchWorker,
-        tracer: Option<(ProbeSender<SwitchRecord>, CompactReader, Arc<Vec<String>>)>,
+        tracer: Option<(ProbeSender<SwitchRecord>, FibReader, Arc<Vec<String>>)>,
     ) -> SwitchStage {
         SwitchStage {
             index,
