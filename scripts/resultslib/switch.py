@@ -312,7 +312,50 @@ def t_streaming(runs):
         "What streaming loses against it is the switching itself (MAC extraction, the checks, the "
         "per-port bursts)."
     )
+    out += t_quotient_switch(r)
     return out + "\n\n" + source(r)
+
+
+def t_quotient_switch(r):
+    """The same worker on the quotiented FIB against the 2,4 layout, if the run measured it."""
+    qs = sorted(r.find("forward_streaming_quotient"), key=lambda x: x["params"]["entries"])
+    if not qs:
+        return ""
+    rows = []
+    for x in qs:
+        n = x["params"]["entries"]
+        qb = r.find("forward_quotient", entries=n)
+        lk = r.find("forward_streaming_quotient_vs_lookup", entries=n)
+        rows.append(
+            [
+                size(n),
+                f"{x['params']['fib_bytes_per_entry']:.2f} / {x['params']['peer_fib_bytes_per_entry']:.2f}",
+                f"{num(qb[0]['value'])} / {num(qb[0]['peer_value'])} ({ratio(qb[0].get('ratio'))})" if qb else "–",
+                f"{num(x['value'])} / {num(x['peer_value'])} ({ratio(x.get('ratio'))})",
+                num(lk[0]["peer_value"]) if lk else "–",
+                ratio(lk[0].get("ratio")) if lk else "",
+            ]
+        )
+    g = qs[0]["params"]["gather_frames"]
+    out = (
+        "\n\nThe same worker with the FIB in the quotiented layout (docs/quotient.md), built as "
+        "`flowplane switch` builds it (the port in the bits a 4-port switch needs, so a key may "
+        "carry a FID above the MAC), against the 2,4 layout's worker in the same alternated "
+        "rounds (a contest of its own, after the one above); each cell quotiented / 2,4:\n\n"
+    )
+    out += table(
+        [
+            "FIB entries",
+            "FIB bytes/entry",
+            "burst at a time, Mpps",
+            f"streaming ({g}), Mpps",
+            "the quotiented FIB's pipelined lookups, Mops",
+            "streaming / pipelined",
+        ],
+        rows,
+        ["---:"] * 6,
+    )
+    return out
 
 
 def t_vlan(runs):

@@ -18,6 +18,11 @@
 //!   queue that stays full delivers) for one lookup call, whose reads stay in flight from one
 //!   chunk of 32 keys into the next, against the burst-at-a-time worker and against the FIB's own
 //!   pipelined lookup rate on the same destinations (calls of 256 keys, no frames).
+//! * `forward_quotient`, `forward_streaming_quotient`: the same worker with the FIB in the
+//!   quotiented layout (built as `flowplane switch` builds it: values in the bits a 4-port switch
+//!   needs, so keys may carry a FID above the MAC), burst at a time and streaming, each against the
+//!   2,4 layout's worker in the same alternated rounds, and the streaming one against the
+//!   quotiented FIB's own pipelined lookup rate.
 //! * `updates` (Fig 10): Mpps at 2M entries while a writer thread on the other core applies 0..1M
 //!   updates per second (a new MAC inserted, an old one removed), next to the same without updates.
 //!
@@ -27,7 +32,7 @@
 
 use super::{contest, CommonOpts, Record, Report};
 use anyhow::{Context, Result};
-use fp_cuckoo::{CompactMap, CompactWriter, Config, PagePolicy};
+use fp_cuckoo::{CompactMap, CompactWriter, Config, FibLayout, FibMap, FibWriter, PagePolicy};
 use fp_engine::sys::pin_to_cpu;
 use fp_pipeline::packet::{burst, Packet, Pool, MAX_BURST};
 use fp_pipeline::published::Published;
@@ -111,6 +116,20 @@ fn build_fib(n: u64, pages: PagePolicy, seed: u64, ports: u16) -> Result<Compact
         // filtered for going back out its ingress port).
         w.insert(mac(i), out_port(i, ports))
             .with_context(|| format!("FIB insert #{i}"))?;
+    }
+    Ok(w)
+}
+
+/// [`build_fib`] in the quotiented layout, with the value bits `flowplane switch` gives a switch
+/// of `ports` ports (the keys' bits above 48 then go to the slot's value lane, as a VLAN-aware
+/// switch's FIDs do).
+fn build_quotient_fib(n: u64, pages: PagePolicy, seed: u64, ports: u16) -> Result<FibWriter> {
+    let cfg = Config::with_capacity(n as usize).seed(seed).pages(pages);
+    let vbits = fp_switch::vlan::value_bits(ports as usize);
+    let (mut w, _) = FibMap::new(&cfg, FibLayout::Quotient, vbits)?;
+    for i in 0..n {
+        w.insert(mac(i), out_port(i, ports))
+            .with_context(|| format!("quotiented FIB insert #{i}"))?;
     }
     Ok(w)
 }
@@ -731,6 +750,101 @@ fn memory(a: &SwitchArgs, rep: &mut Report) -> Result<()> {
             )?;
         }
         cache_cases(rep, n, &huge, &fr, rounds, per_round, a.common.seed, &pages)?;
+        // The tables and workers only the cases above use go before the next table is built.
+        drop(refs);
+        drop(runs);
+        drop((variants, v_access, v_trunk, vfib, small, sflow));
+        // The quotiented FIB: the same destinations, the same worker, both layouts in one
+        // contest.
+        let (q, q_pages) = super::env::measure_pages_of(
+            || build_quotient_fib(n, PagePolicy::Auto, a.common.seed, PORTS),
+            |w: &Result<FibWriter>| w.as_ref().map_or(0, |w| w.stats().bytes()),
+        );
+        let q = q?;
+        rep.note(&format!(
+            "{n} entries, quotiented FIB: {} ({q_pages} measured)",
+            q.stats()
+        ));
+        let q_worker = |gather: usize| {
+            let (ltx, _lrx) = learn_queue(1);
+            let mut sw = SwitchWorker::new(q.reader(), PORTS, ltx, u64::MAX);
+            sw.set_learning(false);
+            sw.set_mode(LookupMode::Prefetched);
+            sw.set_gather(gather);
+            RefCell::new(sw)
+        };
+        let (q_burst, q_stream) = (q_worker(1), q_worker(STREAM_GATHER));
+        let q_reader = q.reader();
+        let q_pipelined = || -> Result<f64> {
+            let mut out = vec![None; STREAM_GATHER];
+            let t = Instant::now();
+            let (mut done, mut i) = (0usize, 0usize);
+            while done < per_round {
+                q_reader.get_batch(&dsts[i..i + STREAM_GATHER], &mut out);
+                std::hint::black_box(&out);
+                done += STREAM_GATHER;
+                i = (i + STREAM_GATHER) % (dsts.len() - STREAM_GATHER);
+            }
+            Ok(done as f64 / t.elapsed().as_secs_f64() / 1e6)
+        };
+        let v = contest(
+            rounds,
+            &[
+                &|| run_sw(&hp),
+                &|| run_sw(&streaming),
+                &|| run_sw(&q_burst),
+                &|| run_sw(&q_stream),
+                &q_pipelined,
+            ],
+        )?;
+        let (c_burst, c_stream, qb, qs, qp) = (v[0], v[1], v[2], v[3], v[4]);
+        for sw in [&q_burst, &q_stream] {
+            let st = sw.borrow();
+            let st = st.stats();
+            anyhow::ensure!(
+                st.forwarded.get() == st.rx.get(),
+                "the switch on the quotiented FIB forwarded {} of {} frames",
+                st.forwarded.get(),
+                st.rx.get()
+            );
+        }
+        let q_st = q.stats();
+        let layout_config = "the same worker and destinations with the FIB in the 2,4 layout, \
+                             alternated with this case in the same rounds";
+        for (case, val, peer, gather) in [
+            ("forward_quotient", qb, c_burst, 1),
+            ("forward_streaming_quotient", qs, c_stream, STREAM_GATHER),
+        ] {
+            rep.add(
+                Record::higher(case, val, "Mpps")
+                    .param("entries", n)
+                    .param("pages", q_pages.clone())
+                    .param("peer_pages", huge_pages.clone())
+                    .param("gather_frames", gather)
+                    .param(
+                        "fib_bytes_per_entry",
+                        (q_st.bytes_per_entry() * 100.0).round() / 100.0,
+                    )
+                    .param(
+                        "peer_fib_bytes_per_entry",
+                        (st.bytes_per_entry() * 100.0).round() / 100.0,
+                    )
+                    .param("peer_config", layout_config)
+                    .peer("compact_fib", peer),
+            )?;
+        }
+        rep.add(
+            Record::higher("forward_streaming_quotient_vs_lookup", qs, "Mpps")
+                .param("entries", n)
+                .param("pages", q_pages.clone())
+                .param("gather_frames", STREAM_GATHER)
+                .param(
+                    "peer_config",
+                    "the quotiented FIB alone: the same destinations in lookup calls of 256 \
+                     keys, Mops",
+                )
+                .peer("fib_pipelined_lookup", qp),
+        )?;
     }
     updates_case(rep, a.common.seed, rounds, per_round)
 }

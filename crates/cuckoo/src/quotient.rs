@@ -135,6 +135,8 @@ struct Geometry {
     vmask: u64,
     /// The lane bits above `vbits` (the key's bits above 48).
     xmask: u64,
+    /// `48 + vbits`: where a key's bits above 48 go in its tag.
+    xshift: u32,
 }
 
 impl Geometry {
@@ -159,6 +161,7 @@ impl Geometry {
             vbits,
             vmask,
             xmask: 0xffff & !vmask,
+            xshift: 48 + vbits,
             n,
             recip: u64::MAX / n,
             slots,
@@ -301,14 +304,20 @@ struct View<'a> {
 
 impl<'a> View<'a> {
     /// A key's first bucket and its tag: `q << 1`, and from bit 48 the key's bits above 48
-    /// shifted to where its value lane holds them (nothing for a 48-bit key). For a key the
-    /// table takes (at most `64 - vbits` bits).
+    /// shifted to where its value lane holds them (nothing for a 48-bit key). `WIDE = false`
+    /// only for a table of 48-bit keys (16-bit values), whose keys have no bits above 48 to
+    /// work in; for a key the table does not take the bucket is in range and the tag garbage.
     #[inline(always)]
-    fn first_of(&self, key: u64) -> (u64, u64) {
+    fn first_of<const WIDE: bool>(&self, key: u64) -> (u64, u64) {
+        if !WIDE {
+            let h = mix48((key ^ self.seed) & MASK48);
+            let (q, b1) = self.g.divmod(h);
+            return (b1, q << 1);
+        }
         let e = key >> 48;
-        let h = mix48((key & MASK48) ^ (self.seed & MASK48) ^ spread(e));
+        let h = mix48((key ^ self.seed ^ spread(e)) & MASK48);
         let (q, b1) = self.g.divmod(h);
-        (b1, q << 1 | (e << self.g.vbits) << 48)
+        (b1, q << 1 | e << self.g.xshift)
     }
 
     /// The second bucket of a key with first bucket `b1` and `tag` (`q << 1`).
@@ -353,7 +362,7 @@ impl<'a> View<'a> {
     /// the four of low quotient bits, compared all at once, then for the slots that match there
     /// the rest of the quotient and the value, straight from the table (no copy of the line).
     #[inline(always)]
-    fn scan_at(&self, b: u64, want: u64) -> u64 {
+    fn scan_at<const WIDE: bool>(&self, b: u64, want: u64) -> u64 {
         let g = &self.g;
         let words = self.line(b);
         let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
@@ -373,7 +382,9 @@ impl<'a> View<'a> {
             let two = w(hw) >> sh | (w(next) << 1) << (63 - sh);
             if two & g.hmask == want_hi {
                 let v = w(val / 64) >> (val % 64) & 0xffff;
-                if v & g.xmask == want_x {
+                if !WIDE {
+                    got |= v;
+                } else if v & g.xmask == want_x {
                     got |= v & g.vmask;
                 }
             }
@@ -444,7 +455,7 @@ impl QTable {
         if key > self.kmax {
             return None;
         }
-        let (b1, tag) = self.first_of(key);
+        let (b1, tag) = self.first_of::<true>(key);
         Some(Probe {
             b1,
             b2: self.second_of(b1, tag),
@@ -465,8 +476,8 @@ impl QTable {
     }
 
     #[inline(always)]
-    fn first_of(&self, key: u64) -> (u64, u64) {
-        self.view().first_of(key)
+    fn first_of<const WIDE: bool>(&self, key: u64) -> (u64, u64) {
+        self.view().first_of::<WIDE>(key)
     }
 
     #[inline(always)]
@@ -547,9 +558,9 @@ impl QTable {
                 continue;
             }
             let v = self.view();
-            let mut got = v.scan_at(p.b1, p.tag);
+            let mut got = v.scan_at::<true>(p.b1, p.tag);
             if got == 0 {
-                got = v.scan_at(p.b2, p.tag | 1);
+                got = v.scan_at::<true>(p.b2, p.tag | 1);
             }
             fence(Ordering::Acquire);
             if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
@@ -564,12 +575,23 @@ impl QTable {
             out.len(),
             "get_batch: keys and out differ in length"
         );
+        // Keys of 48 bits need no work on bits above them: a lookup of a table of 16-bit values
+        // skips it.
+        if self.g.vbits == 16 {
+            self.batch_of::<OWNER, false>(keys, out)
+        } else {
+            self.batch_of::<OWNER, true>(keys, out)
+        }
+    }
+
+    #[inline(always)]
+    fn batch_of<const OWNER: bool, const WIDE: bool>(&self, keys: &[u64], out: &mut [Option<u16>]) {
         if keys.len() <= CHUNK {
             // One chunk: one set of lanes to initialise, not two.
             let mut lanes = Lanes::default();
-            lanes.hash::<OWNER>(self, keys);
-            lanes.first::<OWNER>(self, out);
-            lanes.finish::<OWNER>(self, out);
+            lanes.hash::<OWNER, WIDE>(self, keys);
+            lanes.first::<OWNER, WIDE>(self, out);
+            lanes.finish::<OWNER, WIDE>(self, out);
             return;
         }
         let mut lanes = [Lanes::default(), Lanes::default()];
@@ -577,15 +599,15 @@ impl QTable {
         let Some((k, mut o)) = chunks.next() else {
             return;
         };
-        lanes[0].hash::<OWNER>(self, k);
+        lanes[0].hash::<OWNER, WIDE>(self, k);
         let mut cur = 0;
         loop {
-            lanes[cur].first::<OWNER>(self, o);
+            lanes[cur].first::<OWNER, WIDE>(self, o);
             let next = chunks.next();
             if let Some((k, _)) = &next {
-                lanes[cur ^ 1].hash::<OWNER>(self, k);
+                lanes[cur ^ 1].hash::<OWNER, WIDE>(self, k);
             }
-            lanes[cur].finish::<OWNER>(self, o);
+            lanes[cur].finish::<OWNER, WIDE>(self, o);
             match next {
                 Some((_, no)) => {
                     o = no;
@@ -633,7 +655,7 @@ impl Default for Lanes {
 impl Lanes {
     /// Round 0: hash, prefetch first buckets, snapshot their counters.
     #[inline(always)]
-    fn hash<const OWNER: bool>(&mut self, t: &QTable, keys: &[u64]) {
+    fn hash<const OWNER: bool, const WIDE: bool>(&mut self, t: &QTable, keys: &[u64]) {
         let t = t.view();
         let n = keys.len().min(CHUNK);
         self.n = n;
@@ -641,7 +663,7 @@ impl Lanes {
         let mut valid = 0u64;
         let kmax = t.kmax;
         for (i, &k) in keys[..n].iter().enumerate() {
-            let (b1, tag) = t.first_of(k & kmax);
+            let (b1, tag) = t.first_of::<WIDE>(k);
             valid |= ((k <= kmax) as u64) << i;
             t.prefetch(b1);
             if !OWNER {
@@ -658,11 +680,11 @@ impl Lanes {
     /// Round 1: first buckets; then for the keys not there, their second buckets: worked out,
     /// counters snapshot (before those buckets are read), prefetched.
     #[inline(always)]
-    fn first<const OWNER: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
+    fn first<const OWNER: bool, const WIDE: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
         let t = t.view();
         let mut found = 0u64;
         for (i, o) in out[..self.n].iter_mut().enumerate() {
-            let got = t.scan_at(self.b1[i], self.tag[i]);
+            let got = t.scan_at::<WIDE>(self.b1[i], self.tag[i]);
             // Without branches: which keys miss their first bucket is unpredictable.
             let hit = (got != 0) & (self.valid >> i & 1 != 0);
             *o = hit.then_some(got.wrapping_sub(1) as u16);
@@ -687,13 +709,13 @@ impl Lanes {
     /// counter unchanged across both reads (a move of the key between its buckets changes both
     /// counters), the second's across its own read.
     #[inline(always)]
-    fn finish<const OWNER: bool>(&self, table: &QTable, out: &mut [Option<u16>]) {
+    fn finish<const OWNER: bool, const WIDE: bool>(&self, table: &QTable, out: &mut [Option<u16>]) {
         let t = table.view();
         let mut m = self.valid & !self.found & low_bits(self.n);
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
-            let got = t.scan_at(self.b2[i], self.tag[i] | 1);
+            let got = t.scan_at::<WIDE>(self.b2[i], self.tag[i] | 1);
             out[i] = (got != 0).then(|| (got - 1) as u16);
         }
         if OWNER {

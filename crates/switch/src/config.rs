@@ -1357,9 +1357,16 @@ mod tests {
         assert_eq!(a.fixed_differs(&q), Some("switch.fib_layout"));
         let big = FILE.replace("aging_secs = 60", "fib_capacity = 268435456");
         let big = SwitchConfig::from_toml(&big).unwrap();
-        assert_eq!(big.fib_layout(), FibLayout::Quotient, "auto from 256 Mi entries");
+        assert_eq!(
+            big.fib_layout(),
+            FibLayout::Quotient,
+            "auto from 256 Mi entries"
+        );
         let asked = FILE.replace("aging_secs = 60", "fib_layout = \"auto\"");
-        assert_eq!(a.fixed_differs(&SwitchConfig::from_toml(&asked).unwrap()), None);
+        assert_eq!(
+            a.fixed_differs(&SwitchConfig::from_toml(&asked).unwrap()),
+            None
+        );
         let c = SwitchConfig::from_toml(&FILE.replace("\"spare\"", "\"other\"")).unwrap();
         assert!(a.fixed_differs(&c).unwrap().starts_with("port"));
         // A preload is named, not read, on a reload; with one, VLAN changes need a restart.
