@@ -5,7 +5,8 @@
 //! interconnect port.
 //!
 //! Every entry (a MAC address → an external port) has an *owner* node that holds it in its
-//! [`fp_cuckoo`] `CompactMap`; every node holds a replica of the [`fp_setsep`] partition table (key →
+//! [`fp_cuckoo`] FIB (`FibMap`: the 2,4 layout, or the quotiented one from 256 Mi entries or
+//! with `cluster.fib_layout`); every node holds a replica of the [`fp_setsep`] partition table (key →
 //! owner, `log2 n` bits per value). A frame entering any node is looked up in the partition table
 //! and sent over the interconnect, encapsulated ([`interconnect`]), straight to its owner, which
 //! strips the header, looks the key up in its share of the FIB and emits the frame on the port. Two

@@ -42,9 +42,11 @@
 //! stores only the part of a mixed key its bucket's position does not imply (the quotient), in
 //! 64-byte buckets of 10 to 13 slots (more in larger tables, whose quotients are shorter): at
 //! 95 % load an entry costs `64 / (0.95 · slots)` bytes, and a successful lookup reads one line
-//! for most keys (see `quotient.rs`; the same protocol, its own implementation). It is not used
-//! by the applications yet: its lookups cost more instructions than the compact layout's
-//! (`flowplane-bench fib --cases quotient` compares them).
+//! for most keys (see `quotient.rs`; the same protocol, its own implementation). Its lookups
+//! cost more instructions than the compact layout's and read fewer lines (`flowplane-bench fib
+//! --cases quotient` compares them). [`FibMap`] builds either layout behind one handle
+//! ([`FibReader`], [`FibWriter`]), chosen by size with [`FibLayout::auto`]: the switch and the
+//! cluster node use it.
 //!
 //! ```
 //! use fp_cuckoo::{Config, QuotientMap};

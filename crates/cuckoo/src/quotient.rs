@@ -135,7 +135,7 @@ struct Geometry {
     vmask: u64,
     /// The lane bits above `vbits` (the key's bits above 48).
     xmask: u64,
-    /// `48 + vbits`: where a key's bits above 48 go in its tag.
+    /// `48 + vbits` (at most 63): where a key's bits above 48 go in its tag.
     xshift: u32,
 }
 
@@ -161,7 +161,8 @@ impl Geometry {
             vbits,
             vmask,
             xmask: 0xffff & !vmask,
-            xshift: 48 + vbits,
+            // 16-bit values leave no key bits above 48 (the shift only moves zeros).
+            xshift: (48 + vbits).min(63),
             n,
             recip: u64::MAX / n,
             slots,

@@ -6,7 +6,8 @@
 //!
 //! * [`stage`]: the data path. One [`stage::SwitchWorker`] per core reads its queue of every port
 //!   and looks up the destination (and, learning, source) MACs of a whole burst at once in the
-//!   shared cuckoo FIB (`fp-cuckoo`, two-round prefetching: §3.3–3.4, §4.3) — several bursts in
+//!   shared cuckoo FIB (`fp-cuckoo`'s `FibReader`: the 2,4 layout, or the quotiented one from
+//!   256 Mi entries or with `--fib-layout`; two-round prefetching: §3.3–3.4, §4.3) — several bursts in
 //!   one call when they come full (streaming lookups, `--gather`) — then hands each frame to its
 //!   output port's burst; unknown unicast, broadcast and multicast are flooded, never back out of
 //!   the ingress port. [`stage::SwitchStage`] decides when held bursts go (a short burst, a
