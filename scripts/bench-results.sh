@@ -16,6 +16,7 @@ declare -A CMD=(
   [handover]="handover"
   [switch-memory]="switch --parts memory --billion"
   [switch-live-fib]="switch --parts live_fib --billion"
+  [switch-latency]="switch --parts latency"
   [fib]="fib --plots docs/plots"
   [flowstate]="flowstate --plots docs/plots"
   [maglev]="maglev --plots docs/plots"
@@ -26,7 +27,7 @@ declare -A CMD=(
   [fib-dpdk]="fib --cases dpdk --sizes 64M,256M --threads 1"
   [fib-quotient]="fib --cases quotient --sizes 1M,16M,64M,256M --billion"
 )
-ORDER=(lb live handover switch-memory switch-live-fib fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk fib-quotient)
+ORDER=(lb live handover switch-memory switch-live-fib switch-latency fib flowstate maglev setsep flowcache switch-live cluster fib-dpdk fib-quotient)
 # Runs whose tables should sit on explicit 2 MiB pages: how many to reserve for the run (released
 # after it; without them the tables fall back to transparent huge pages, which the records say).
 declare -A RESERVE=(

@@ -565,7 +565,53 @@ def t_paper_memory_ratio(runs):
     return out
 
 
+def t_latency(runs):
+    r = runs["switch-latency"]
+    rows = []
+    for driver in ("af_packet", "af_xdp"):
+        p50 = r.find("live_latency_p50", driver=driver)
+        p99 = r.find("live_latency_p99", driver=driver)
+        if not (p50 and p99):
+            continue
+        a, z = p50[0], p99[0]
+        rows.append(
+            [
+                driver,
+                num(a["value"]),
+                num(a["peer_value"]),
+                ratio(a.get("ratio")),
+                num(z["value"]),
+                num(z["peer_value"]),
+                ratio(z.get("ratio")),
+                f"{a['params']['lost']} / {a['params']['peer_lost']} of {a['params']['requests']}",
+            ]
+        )
+    if not rows:
+        raise KeyError("switch-latency: no live_latency records")
+    g = r.find("live_latency_p50")[0]["params"]["gather_frames"]
+    out = (
+        "Round trips of a UDP request and its echo through the switch (both cross it: two frames), "
+        "one request in flight and a pause after each reply, pooled over the alternated rounds:\n\n"
+    )
+    out += table(
+        [
+            "driver",
+            f"p50, gather {g} (µs)",
+            "p50, gather 1 (µs)",
+            "ratio",
+            f"p99, gather {g} (µs)",
+            "p99, gather 1 (µs)",
+            "ratio",
+            "lost (gather / 1)",
+        ],
+        rows,
+        ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+    )
+    return out + "\n\n" + source(r)
+
+
 TABLES = {
+    "switch-latency": t_latency,
     "switch-bridge": t_bridge,
     "switch-fib-sizes": t_fib_sizes,
     "switch-updates": t_updates,

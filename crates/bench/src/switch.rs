@@ -26,6 +26,8 @@
 //! * `updates` (Fig 10): Mpps at 2M entries while a writer thread on the other core applies 0..1M
 //!   updates per second (a new MAC inserted, an old one removed), next to the same without updates.
 //!
+//! `--parts latency` measures what gathering adds at light load (see [`latency`]).
+//!
 //! `--parts live` (included by default) runs the switch on veth instead: `flowplane switch` (the
 //! built binary, one worker) between a sender namespace and a receiver namespace, next to the Linux
 //! bridge between the same namespaces in the same run. See [`live`] below.
@@ -60,7 +62,8 @@ pub struct SwitchArgs {
     #[arg(long)]
     pub billion: bool,
     /// Parts to run: memory (Fig 8/9/10 on in-memory ports), live (veth, next to the Linux
-    /// bridge), live_fib (veth, a large FIB next to the no-lookup forwarder). Default: all.
+    /// bridge), live_fib (veth, a large FIB next to the no-lookup forwarder), latency (veth, the
+    /// round trip through the switch at light load, gathering against not). Default: all.
     #[arg(long, value_delimiter = ',')]
     pub parts: Vec<String>,
     /// Live parts: seconds measured per case (after 0.5 s of warm-up). Default: live 10 (quick
@@ -426,7 +429,7 @@ fn baseline(rx: &mut Vec<Packet>, tx: &mut [Vec<Packet>], _pool: &mut Pool) {
 }
 
 pub fn run(a: SwitchArgs) -> Result<()> {
-    let parts = ["memory", "live", "live_fib"];
+    let parts = ["memory", "live", "live_fib", "latency"];
     if let Some(p) = a.parts.iter().find(|p| !parts.contains(&p.as_str())) {
         anyhow::bail!(
             "--parts: unknown part {p:?}; choose from {}",
@@ -444,6 +447,10 @@ pub fn run(a: SwitchArgs) -> Result<()> {
             .unwrap_or(if a.common.quick { 2.0 } else { 10.0 })
             .max(0.5);
         live::run(&mut rep, secs, &a.live_cases)?;
+    }
+    if want("latency") {
+        let (rounds, requests) = if a.common.quick { (1, 500) } else { (3, 2000) };
+        latency::run(&mut rep, rounds, requests)?;
     }
     if want("live_fib") {
         let secs = a
@@ -918,6 +925,8 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
     }
     Ok(())
 }
+
+mod latency;
 
 /// The live part: the switch on veth next to the Linux bridge, in one run.
 ///
