@@ -11,7 +11,9 @@
 //! trip of a UDP request and its echo through the switch (each crosses it twice), one request in
 //! flight and a pause after each reply, with the default gather (256 frames) and with 1 (every
 //! burst switched alone), on both drivers, in alternated rounds with a fresh switch process each.
-//! Percentiles pool every round's round trips.
+//! Percentiles pool every round's round trips. With AF_PACKET a frame waits in its socket's
+//! receive block until the block's retire timer fires (`TPACKET_V3`), and the phase between the
+//! two ports' timers, fixed for a process's life, sets most of the round trip.
 
 use crate::{Record, Report};
 use anyhow::{bail, Context, Result};
