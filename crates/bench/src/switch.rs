@@ -928,6 +928,29 @@ fn updates_case(rep: &mut Report, seed: u64, rounds: usize, per_round: usize) ->
 
 mod latency;
 
+/// The live parts' namespaces: `snd` and `rcv` (IPv6 off), each joined by a veth (`eth0`) to
+/// the switch namespace `sw` (ports `p0`, `p1`); the network, the three namespaces and the
+/// sender's and receiver's `eth0`.
+#[allow(clippy::type_complexity)]
+fn veth_bed(
+    tag: &str,
+) -> Result<(
+    fp_testnet::TestNet,
+    [fp_testnet::Netns; 3],
+    fp_testnet::Link,
+    fp_testnet::Link,
+)> {
+    let net = fp_testnet::TestNet::new(tag)?;
+    let (snd, rcv, sw) = (net.ns("snd")?, net.ns("rcv")?, net.ns("sw")?);
+    for ns in [&snd, &rcv, &sw] {
+        ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+        ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+    }
+    let (se, _) = net.veth(&snd, "eth0", &sw, "p0")?;
+    let (re, _) = net.veth(&rcv, "eth0", &sw, "p1")?;
+    Ok((net, [snd, rcv, sw], se, re))
+}
+
 /// The live part: the switch on veth next to the Linux bridge, in one run.
 ///
 /// ```text
@@ -1011,14 +1034,7 @@ mod live {
     }
 
     fn bed() -> Result<Bed> {
-        let net = TestNet::new("bench-switch")?;
-        let (snd, rcv, sw) = (net.ns("snd")?, net.ns("rcv")?, net.ns("sw")?);
-        for ns in [&snd, &rcv, &sw] {
-            ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-            ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-        }
-        let (se, _) = net.veth(&snd, "eth0", &sw, "p0")?;
-        let (re, _) = net.veth(&rcv, "eth0", &sw, "p1")?;
+        let (net, [snd, rcv, sw], se, re) = super::veth_bed("bench-switch")?;
         Ok(Bed {
             snd_mac: se.mac()?,
             rcv_mac: re.mac()?,

@@ -39,14 +39,7 @@ struct Bed {
 }
 
 fn bed() -> Result<Bed> {
-    let net = TestNet::new("bench-swlat")?;
-    let (snd, rcv, sw) = (net.ns("snd")?, net.ns("rcv")?, net.ns("sw")?);
-    for ns in [&snd, &rcv, &sw] {
-        ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-        ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-    }
-    let (se, _) = net.veth(&snd, "eth0", &sw, "p0")?;
-    let (re, _) = net.veth(&rcv, "eth0", &sw, "p1")?;
+    let (net, [snd, rcv, sw], se, re) = super::veth_bed("bench-swlat")?;
     for (l, ip) in [(&se, SND_IP), (&re, RCV_IP)] {
         l.addr_add(&format!("{ip}/24"))?;
         // AF_XDP cannot complete partial checksums: the hosts send complete ones.
