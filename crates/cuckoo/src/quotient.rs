@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! key (48 bits) ──xor seed──► mix (a bijection of 48-bit words) ──► h
-//! h = q · N + b1          b1: first bucket (0 ≤ b1 < N), q: the quotient, ⌈log2(2^48 / N)⌉ bits
+//! t = h · ⌈2^64 / N⌉       q = t's high word: the quotient, about log2(2^48 / N) bits
+//!                          b1 = ⌊(t's low word) · N / 2^64⌋: the first bucket (about h mod N)
 //! b2 = (b1 + f(q)) mod N  f(q) ∈ [1, N): the quotient times an odd constant, scaled to N − 1
 //!
 //! one bucket = one 64-byte line, S slots of w = q bits + 1 + 16 bits, in three arrays:
@@ -19,7 +20,7 @@
 //! checks the rest of the quotient and the flag only for the slots that match there (about one
 //! in 65 536 that do not hold the key). docs/quotient.md has the measurements.
 //!
-//! An entry in bucket `b` with quotient `q` and flag `second` is the key `unmix(q · N + b1) ⊕ seed`
+//! An entry in bucket `b` with quotient `q` and flag `second` is the key `unmix(join(q, b1)) ⊕ seed`
 //! where `b1 = b` (first bucket) or `b1 = (b − f(q)) mod N` (second): the key comes back whole, so
 //! the table stores `w` bits per entry instead of 64 (CuckooSwitch's compact layout). Its other
 //! bucket follows from `b`, `q` and the flag alone, so an entry moves along a cuckoo path without
@@ -46,7 +47,7 @@
 //! first does not hold it.
 
 use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering, Words};
-use crate::table::{low_bits, CHUNK, ODD, STRIPES};
+use crate::table::{low_bits, CHUNK, STRIPES};
 use crate::{Config, InsertError};
 
 /// Words (of 8 bytes) per bucket: one cache line.
@@ -112,8 +113,9 @@ fn unmix48(x: u64) -> u64 {
 struct Geometry {
     /// Buckets (N).
     n: u64,
-    /// `u64::MAX / n`, for dividing 48-bit hashes by `n` without a division.
-    recip: u64,
+    /// `⌈2^64 / n⌉`: a 48-bit hash times it gives the quotient (the product's high word) and,
+    /// through its low word, the first bucket ([`Geometry::split`]).
+    m: u64,
     /// Slots per bucket (S).
     slots: u32,
     /// The low S bits set.
@@ -137,6 +139,9 @@ struct Geometry {
     xmask: u64,
     /// `48 + vbits` (at most 63): where a key's bits above 48 go in its tag.
     xshift: u32,
+    /// Per slot, where a lookup reads it: the word and bit of its high field, the word and
+    /// bit of its value lane (worked out once, so a lookup does no arithmetic on offsets).
+    at: [[u8; 4]; QUOTIENT_MAX_SLOTS as usize],
 }
 
 impl Geometry {
@@ -154,8 +159,13 @@ impl Geometry {
     }
 
     fn with(n: u64, slots: u32, vbits: u32) -> Geometry {
-        let qbits = 64 - (MASK48 / n).leading_zeros();
+        // n ≥ 2 (and n = 2^k exactly: u64::MAX / n is then 2^(64-k) - 1).
+        let m = u64::MAX / n + 1;
+        let qbits = 64 - (((MASK48 as u128 * m as u128) >> 64) as u64).leading_zeros();
         let hbits = qbits.max(16) - 15;
+        // n ≥ 2 keeps the quotient within 47 bits and the high field within 32: lookups of
+        // 48-bit tables rely on it (a probe's bits from 32 up never match a field).
+        assert!(hbits <= 32, "a quotient table has at least two buckets");
         let vmask = (1u64 << vbits) - 1;
         Geometry {
             vbits,
@@ -164,7 +174,7 @@ impl Geometry {
             // 16-bit values leave no key bits above 48 (the shift only moves zeros).
             xshift: (48 + vbits).min(63),
             n,
-            recip: u64::MAX / n,
+            m,
             slots,
             slot_mask: (1u32 << slots) - 1,
             width: 32 + hbits,
@@ -172,19 +182,30 @@ impl Geometry {
             hbits,
             hmask: u64::MAX >> (64 - hbits),
             hi_base: 32 * slots,
+            at: std::array::from_fn(|i| {
+                let (hi, val) = (32 * slots + i as u32 * hbits, 16 * (slots + i as u32));
+                [hi / 64, hi % 64, val / 64, val % 64].map(|x| x as u8)
+            }),
         }
     }
 
-    /// `(h / n, h % n)` for `h < 2^48`: the reciprocal's estimate is the quotient or one less.
+    /// A 48-bit hash as (quotient, first bucket): `t = h · ⌈2^64 / n⌉` as 128 bits, the quotient
+    /// its high word, the bucket `⌊lo(t) · n / 2^64⌋` (the low word scaled to `[0, n)`). Two
+    /// multiplications, no division or correction. It is one-to-one: hashes of one quotient
+    /// have low words `m` apart, and `m · n ≥ 2^64`, so their buckets differ
+    /// ([`Geometry::join`] undoes it); the bucket is about `h mod n`, so buckets fill evenly.
     #[inline(always)]
-    fn divmod(&self, h: u64) -> (u64, u64) {
-        let mut q = ((h as u128 * self.recip as u128) >> 64) as u64;
-        let mut r = h - q * self.n;
-        if r >= self.n {
-            q += 1;
-            r -= self.n;
-        }
-        (q, r)
+    fn split(&self, h: u64) -> (u64, u64) {
+        let t = h as u128 * self.m as u128;
+        let b1 = ((t as u64 as u128 * self.n as u128) >> 64) as u64;
+        ((t >> 64) as u64, b1)
+    }
+
+    /// The hash [`Geometry::split`] made `(q, b1)` of: the one `h` whose product's low word lies in
+    /// `[b1 · 2^64 / n, (b1 + 1) · 2^64 / n)`, the least with `h · m ≥ q · 2^64 + ⌈b1 · 2^64 / n⌉`.
+    fn join(&self, q: u64, b1: u64) -> u64 {
+        let low = ((b1 as u128) << 64).div_ceil(self.n as u128);
+        (((q as u128) << 64) + low).div_ceil(self.m as u128) as u64
     }
 
     /// The distance from a key's first bucket to its second: in `[1, n)`.
@@ -296,7 +317,8 @@ struct QTable {
 /// instead of re-reading them through the table at every key.
 #[derive(Clone, Copy)]
 struct View<'a> {
-    words: &'a [AtomicU64],
+    /// The table's buckets, one line each (indexing a line checks one bound).
+    lines: &'a [[AtomicU64; BUCKET_WORDS]],
     versions: &'a [AtomicU32; STRIPES],
     g: Geometry,
     seed: u64,
@@ -307,17 +329,19 @@ impl<'a> View<'a> {
     /// A key's first bucket and its tag: `q << 1`, and from bit 48 the key's bits above 48
     /// shifted to where its value lane holds them (nothing for a 48-bit key). `WIDE = false`
     /// only for a table of 48-bit keys (16-bit values), whose keys have no bits above 48 to
-    /// work in; for a key the table does not take the bucket is in range and the tag garbage.
+    /// work in: there a key's bits above 48 stay in place in its tag, where no slot can match
+    /// them ([`View::scan_at`]), so a key the table does not take is never found. With `WIDE`,
+    /// for such a key the bucket is in range and the tag garbage (callers check the range).
     #[inline(always)]
     fn first_of<const WIDE: bool>(&self, key: u64) -> (u64, u64) {
         if !WIDE {
             let h = mix48((key ^ self.seed) & MASK48);
-            let (q, b1) = self.g.divmod(h);
-            return (b1, q << 1);
+            let (q, b1) = self.g.split(h);
+            return (b1, q << 1 | key & !MASK48);
         }
         let e = key >> 48;
         let h = mix48((key ^ self.seed ^ spread(e)) & MASK48);
-        let (q, b1) = self.g.divmod(h);
+        let (q, b1) = self.g.split(h);
         (b1, q << 1 | e << self.g.xshift)
     }
 
@@ -336,15 +360,7 @@ impl<'a> View<'a> {
     /// Bucket `b`'s words as a line (its length known, so word indexes need no bounds checks).
     #[inline(always)]
     fn line(&self, b: u64) -> &'a [AtomicU64; BUCKET_WORDS] {
-        self.bucket(b)
-            .try_into()
-            .expect("a bucket is BUCKET_WORDS words")
-    }
-
-    #[inline(always)]
-    fn bucket(&self, b: u64) -> &'a [AtomicU64] {
-        let s = b as usize * BUCKET_WORDS;
-        &self.words[s..s + BUCKET_WORDS]
+        &self.lines[b as usize]
     }
 
     #[inline(always)]
@@ -354,7 +370,7 @@ impl<'a> View<'a> {
 
     #[inline(always)]
     fn prefetch(&self, b: u64) {
-        fp_hash::prefetch_read(self.words.as_ptr().wrapping_add(b as usize * BUCKET_WORDS));
+        fp_hash::prefetch_read(self.lines.as_ptr().wrapping_add(b as usize));
     }
 
     /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` (and key bits above
@@ -369,20 +385,25 @@ impl<'a> View<'a> {
         let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
         let low = [w(0), w(1), w(2), w(3)];
         let mut cand = lanes_equal::<1>(&low, (want >> 1) as u16) & g.slot_mask;
-        let want_hi = ((want & MASK48) >> 17) << 1 | (want & 1);
+        // Without `WIDE`, a key's bits above 48 land in bit 32 and up, above any high field
+        // (at most 32 bits), so such a key matches no slot.
+        let want_hi = if WIDE {
+            ((want & MASK48) >> 17) << 1 | (want & 1)
+        } else {
+            (want >> 17) << 1 | (want & 1)
+        };
         let want_x = want >> 48;
         let mut got = 0u64;
         while cand != 0 {
             let i = cand.trailing_zeros();
             cand &= cand - 1;
-            let (_, val, hi) = g.fields(i);
-            let (hw, sh) = (hi / 64, hi % 64);
+            let [hw, sh, vw, vs] = g.at[i as usize % QUOTIENT_MAX_SLOTS as usize].map(u32::from);
             // The high field may run into the next word; in the line's last word it cannot, and
-            // whatever the word read as "next" holds lands above the field's width.
-            let next = (hw + 1).min(BUCKET_WORDS as u32 - 1);
+            // whatever the word read as "next" (the first) holds lands above the field's width.
+            let next = (hw + 1) % BUCKET_WORDS as u32;
             let two = w(hw) >> sh | (w(next) << 1) << (63 - sh);
             if two & g.hmask == want_hi {
-                let v = w(val / 64) >> (val % 64) & 0xffff;
+                let v = w(vw) >> vs & 0xffff;
                 if !WIDE {
                     got |= v;
                 } else if v & g.xmask == want_x {
@@ -468,7 +489,7 @@ impl QTable {
     #[inline(always)]
     fn view(&self) -> View<'_> {
         View {
-            words: &self.words,
+            lines: self.words.as_chunks().0,
             versions: &self.versions,
             g: self.g,
             seed: self.seed,
@@ -592,6 +613,7 @@ impl QTable {
             let mut lanes = Lanes::default();
             lanes.hash::<OWNER, WIDE>(self, keys);
             lanes.first::<OWNER, WIDE>(self, out);
+            lanes.check_first::<OWNER>(self);
             lanes.finish::<OWNER, WIDE>(self, out);
             return;
         }
@@ -604,6 +626,7 @@ impl QTable {
         let mut cur = 0;
         loop {
             lanes[cur].first::<OWNER, WIDE>(self, o);
+            lanes[cur].check_first::<OWNER>(self);
             let next = chunks.next();
             if let Some((k, _)) = &next {
                 lanes[cur ^ 1].hash::<OWNER, WIDE>(self, k);
@@ -626,17 +649,20 @@ impl QTable {
 struct Lanes {
     n: usize,
     b1: [u64; CHUNK],
-    /// `q << 1` per key.
+    /// `q << 1` per key (and its bits above 48, [`View::first_of`]).
     tag: [u64; CHUNK],
-    /// The second bucket of a key not found in its first; the first bucket for the others, so
-    /// the validation reads every lane alike.
+    /// The second bucket, for the keys not found in their first.
     b2: [u64; CHUNK],
-    /// Counter snapshots: the first bucket's (low half) taken before that bucket is read, the
-    /// second bucket's (high half) before that one is read (the first's again for keys found in
-    /// their first bucket).
-    vers: [u64; CHUNK],
+    /// The first bucket's counter, snapshot before that bucket is read.
+    vers: [u32; CHUNK],
+    /// The second bucket's counter, snapshot before that bucket is read (misses only).
+    vers2: [u32; CHUNK],
+    /// All snapshots or-ed: bit 0 set when any was taken while the writer held its bucket.
+    odd: u32,
     valid: u64,
     found: u64,
+    /// Keys to look up again: a counter changed while their buckets were read.
+    bad: u64,
 }
 
 impl Default for Lanes {
@@ -647,8 +673,11 @@ impl Default for Lanes {
             tag: [0; CHUNK],
             b2: [0; CHUNK],
             vers: [0; CHUNK],
+            vers2: [0; CHUNK],
+            odd: 0,
             valid: 0,
             found: 0,
+            bad: 0,
         }
     }
 }
@@ -662,57 +691,84 @@ impl Lanes {
         self.n = n;
         self.found = 0;
         let mut valid = 0u64;
+        let mut odd = 0u32;
         let kmax = t.kmax;
         for (i, &k) in keys[..n].iter().enumerate() {
             let (b1, tag) = t.first_of::<WIDE>(k);
-            valid |= ((k <= kmax) as u64) << i;
+            if WIDE {
+                valid |= ((k <= kmax) as u64) << i;
+            }
             t.prefetch(b1);
             if !OWNER {
-                let v1 = t.version(b1).load(Ordering::Acquire) as u64;
-                self.vers[i] = v1 | v1 << 32;
+                let v1 = t.version(b1).load(Ordering::Acquire);
+                odd |= v1;
+                self.vers[i] = v1;
             }
             self.b1[i] = b1;
             self.tag[i] = tag;
-            self.b2[i] = b1;
         }
-        self.valid = valid;
+        // Without `WIDE`, a key out of range is one no slot matches (its tag says so).
+        self.valid = if WIDE { valid } else { low_bits(n) };
+        self.odd = odd;
     }
 
-    /// Round 1: first buckets; then for the keys not there, their second buckets: worked out,
-    /// counters snapshot (before those buckets are read), prefetched.
+    /// Round 1: first buckets; for a key not there, its second bucket at once: worked out,
+    /// counter snapshot (before that bucket is read), prefetched, so its line is on its way
+    /// while the rest of the chunk is read.
     #[inline(always)]
     fn first<const OWNER: bool, const WIDE: bool>(&mut self, t: &QTable, out: &mut [Option<u16>]) {
         let t = t.view();
         let mut found = 0u64;
-        for (i, o) in out[..self.n].iter_mut().enumerate() {
-            let got = t.scan_at::<WIDE>(self.b1[i], self.tag[i]);
-            // Without branches: which keys miss their first bucket is unpredictable.
-            let hit = (got != 0) & (self.valid >> i & 1 != 0);
+        let mut odd = self.odd;
+        let keys = self.b1.iter().zip(&self.tag);
+        for (i, (o, (&b1, &tag))) in out[..self.n].iter_mut().zip(keys).enumerate() {
+            let got = t.scan_at::<WIDE>(b1, tag);
+            let valid = !WIDE || self.valid >> i & 1 != 0;
+            let hit = (got != 0) & valid;
             *o = hit.then_some(got.wrapping_sub(1) as u16);
             found |= (hit as u64) << i;
+            // One key in nine: a branch, cheaper than working out every key's second bucket.
+            if got == 0 && valid {
+                let b2 = t.second_of(b1, tag);
+                self.b2[i % CHUNK] = b2;
+                if !OWNER {
+                    let v2 = t.version(b2).load(Ordering::Acquire);
+                    odd |= v2;
+                    self.vers2[i % CHUNK] = v2;
+                }
+                t.prefetch(b2);
+            }
         }
         self.found = found;
-        let mut m = self.valid & !found & low_bits(self.n);
-        while m != 0 {
-            let i = m.trailing_zeros() as usize % CHUNK;
-            m &= m - 1;
-            let b2 = t.second_of(self.b1[i], self.tag[i]);
-            self.b2[i] = b2;
-            if !OWNER {
-                let v2 = t.version(b2).load(Ordering::Acquire) as u64;
-                self.vers[i] = self.vers[i] & 0xffff_ffff | v2 << 32;
-            }
-            t.prefetch(b2);
-        }
+        self.odd = odd;
     }
 
-    /// Round 2: second buckets of the misses, then validate every lane: the first bucket's
-    /// counter unchanged across both reads (a move of the key between its buckets changes both
-    /// counters), the second's across its own read.
+    /// Between the rounds, while the misses' second buckets arrive: the first buckets' counters
+    /// checked (after every second-bucket snapshot, so a move of a key between its buckets
+    /// after this check changes the second counter).
+    #[inline(always)]
+    fn check_first<const OWNER: bool>(&mut self, table: &QTable) {
+        if OWNER {
+            return;
+        }
+        let t = table.view();
+        fence(Ordering::Acquire);
+        let mut bad = 0u64;
+        for (i, (&b1, &v1)) in self.b1[..self.n].iter().zip(&self.vers).enumerate() {
+            bad |= ((t.version(b1).load(Ordering::Relaxed) != v1) as u64) << i;
+        }
+        self.bad = bad;
+    }
+
+    /// Round 2: second buckets of the misses, then validate: the first bucket's counter
+    /// unchanged across its read and the second bucket's snapshot ([`Lanes::check_first`]; a
+    /// move of the key between its buckets changes both counters), the second's across its own
+    /// read, and neither snapshot odd.
     #[inline(always)]
     fn finish<const OWNER: bool, const WIDE: bool>(&self, table: &QTable, out: &mut [Option<u16>]) {
         let t = table.view();
-        let mut m = self.valid & !self.found & low_bits(self.n);
+        let misses = self.valid & !self.found & low_bits(self.n);
+        let mut m = misses;
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
@@ -723,12 +779,23 @@ impl Lanes {
             return;
         }
         fence(Ordering::Acquire);
-        let mut bad = 0u64;
-        for i in 0..self.n {
-            let now = t.version(self.b1[i]).load(Ordering::Relaxed) as u64
-                | (t.version(self.b2[i]).load(Ordering::Relaxed) as u64) << 32;
-            let stable = self.vers[i] == now && now & ODD == 0;
-            bad |= (!stable as u64) << i;
+        let mut bad = self.bad;
+        let mut m = misses;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize % CHUNK;
+            m &= m - 1;
+            bad |= ((t.version(self.b2[i]).load(Ordering::Relaxed) != self.vers2[i]) as u64) << i;
+        }
+        if self.odd & 1 != 0 {
+            // Rare: some bucket was being written when its counter was read.
+            for i in 0..self.n {
+                let v2 = if misses >> i & 1 != 0 {
+                    self.vers2[i]
+                } else {
+                    0
+                };
+                bad |= ((self.vers[i] | v2) as u64 & 1) << i;
+            }
         }
         let mut m = bad & self.valid;
         while m != 0 {
@@ -934,7 +1001,7 @@ impl QuotientWriter {
                     (b + g.n - g.offset(self.t.seed, q)) % g.n
                 };
                 let e = (s & g.xmask) >> g.vbits;
-                let low = unmix48(q * g.n + b1) ^ (self.t.seed & MASK48) ^ spread(e);
+                let low = unmix48(g.join(q, b1)) ^ (self.t.seed & MASK48) ^ spread(e);
                 f(e << 48 | low, self.value_of(s));
             }
         }
@@ -1279,28 +1346,43 @@ mod tests {
     }
 
     #[test]
-    fn divmod_matches_division() {
+    fn bucket_split_is_one_to_one_and_joins_back() {
         let mut x = 7u64;
         for n in [
             2u64,
             3,
             7,
+            64,
             1000,
             85_473,
+            1 << 20,
             6_100_003,
             81_000_017,
             (1 << 32) + 15,
         ] {
             let g = Geometry::with(n, 8, 16);
-            for h in [0, 1, n - 1, n, n + 1, MASK48, MASK48 - n] {
-                assert_eq!(g.divmod(h), (h / n, h % n), "{h} / {n}");
+            let check = |h: u64| {
+                let (q, b1) = g.split(h);
+                assert!(b1 < n, "bucket {b1} of {n} for {h}");
+                assert!(q >> g.qbits == 0, "quotient {q} fits {} bits", g.qbits);
+                assert_eq!(g.join(q, b1), h, "{h} with {n} buckets");
+            };
+            for h in [0, 1, n - 1, n, n + 1, MASK48, MASK48 - n, MASK48 / n * n] {
+                check(h & MASK48);
             }
             for _ in 0..20_000 {
                 x = fp_hash::splitmix64(x);
-                let h = x & MASK48;
-                assert_eq!(g.divmod(h), (h / n, h % n), "{h} / {n}");
+                check(x & MASK48);
             }
-            assert!((MASK48 / n) >> g.qbits == 0, "the quotient fits its bits");
+            // A run of 4n consecutive hashes puts about four in every bucket.
+            if n <= 1 << 16 {
+                let mut seen = vec![0u32; n as usize];
+                let start = fp_hash::splitmix64(n) & MASK48 >> 1;
+                for h in start..start + 4 * n {
+                    seen[g.split(h).1 as usize] += 1;
+                }
+                assert!(seen.iter().all(|&c| (3..=5).contains(&c)), "{n}: {seen:?}");
+            }
         }
     }
 
@@ -1340,6 +1422,19 @@ mod tests {
             assert_eq!(r.get(k), Some(i as u16));
             assert_eq!(w.get(k), Some(i as u16));
         }
+        // Keys beyond 48 bits whose low 48 bits are stored keys are not in the table.
+        let wide: Vec<u64> = keys[..100]
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| k | 1 << (48 + i % 16))
+            .collect();
+        let mut out = vec![Some(0); wide.len()];
+        r.get_batch(&wide, &mut out);
+        assert!(out.iter().all(Option::is_none), "{out:?}");
+        let mut out = vec![Some(0); wide.len()];
+        w.get_batch(&wide, &mut out);
+        assert!(out.iter().all(Option::is_none), "{out:?}");
+        assert_eq!(r.get(wide[0]), None);
         let mut seen = std::collections::HashMap::new();
         w.for_each(|k, v| {
             seen.insert(k, v);
