@@ -449,7 +449,7 @@ pub fn run(a: SwitchArgs) -> Result<()> {
         live::run(&mut rep, secs, &a.live_cases)?;
     }
     if want("latency") {
-        let (rounds, requests) = if a.common.quick { (1, 500) } else { (3, 2000) };
+        let (rounds, requests) = if a.common.quick { (1, 500) } else { (10, 1000) };
         latency::run(&mut rep, rounds, requests)?;
     }
     if want("live_fib") {
