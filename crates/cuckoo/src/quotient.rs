@@ -518,6 +518,12 @@ impl QTable {
         &self.versions[b as usize % STRIPES]
     }
 
+    /// Start loading bucket `b`'s line (the writer's reads of several lines overlap this way).
+    #[inline(always)]
+    fn prefetch(&self, b: u64) {
+        self.view().prefetch(b)
+    }
+
     #[inline(always)]
     fn read(&self, b: u64) -> Line {
         let mut line = [0u64; BUCKET_WORDS + 1];
@@ -1016,6 +1022,8 @@ impl QuotientWriter {
             return Err(InsertError::ReservedValue);
         }
         let p = self.t.probe(key).ok_or(InsertError::KeyOutOfRange)?;
+        // A new key's two lines are both read: load them together.
+        self.t.prefetch(p.b2);
         if let Some((b, i, raw)) = self.find(&p) {
             self.write(b, i, (raw & !self.t.g.vmask) | (value as u64 + 1));
             return Ok(Some(self.value_of(raw)));
@@ -1146,9 +1154,15 @@ impl QuotientWriter {
             }
             let node = self.queue[head];
             let line = t.read(node.bucket);
+            // Where each entry would go, those lines loaded together before any is read.
+            let mut tos = [0u64; QUOTIENT_MAX_SLOTS as usize];
+            for (i, to) in tos.iter_mut().enumerate().take(t.g.slots as usize) {
+                *to = self.other(node.bucket, t.slot(&line, i as u32)).0;
+                t.prefetch(*to);
+            }
             let mut hit = None;
             for i in 0..t.g.slots {
-                let (to, _) = self.other(node.bucket, t.slot(&line, i));
+                let to = tos[i as usize];
                 if let Some(free) = self.free_slot(to) {
                     hit = Some((i, to, free));
                     break;
@@ -1206,12 +1220,20 @@ impl QuotientWriter {
     fn trade(&mut self, b1: u64) -> Option<u32> {
         let t = self.t.clone();
         let line = t.read(b1);
+        let away = |i: u32| {
+            let x = t.slot(&line, i);
+            x & 0xffff != 0 && x >> 16 & 1 != 0
+        };
+        // The homes of the entries away from home, loaded together before any is read.
+        for i in (0..t.g.slots).filter(|&i| away(i)) {
+            t.prefetch(self.other(b1, t.slot(&line, i)).0);
+        }
         let mut reads = 0;
         for i in 0..t.g.slots {
-            let x = t.slot(&line, i);
-            if x & 0xffff == 0 || x >> 16 & 1 == 0 {
+            if !away(i) {
                 continue;
             }
+            let x = t.slot(&line, i);
             let (home, x_home) = self.other(b1, x);
             let hline = t.read(home);
             let empty = t.empties(&hline);
@@ -1223,11 +1245,20 @@ impl QuotientWriter {
                 self.moves += 1;
                 return Some(i);
             }
-            for j in 0..t.g.slots {
+            let at_home = |j: u32| {
                 let y = t.slot(&hline, j);
-                if y & 0xffff == 0 || y >> 16 & 1 != 0 {
+                y & 0xffff != 0 && y >> 16 & 1 == 0
+            };
+            // The second buckets this home's entries could go to (as many as may be read).
+            let left = (TRADE_READS - reads) as usize;
+            for j in (0..t.g.slots).filter(|&j| at_home(j)).take(left) {
+                t.prefetch(self.other(home, t.slot(&hline, j)).0);
+            }
+            for j in 0..t.g.slots {
+                if !at_home(j) {
                     continue;
                 }
+                let y = t.slot(&hline, j);
                 let (away, y_away) = self.other(home, y);
                 reads += 1;
                 if let Some(free) = self.free_slot(away) {
