@@ -38,13 +38,16 @@
 //! The concurrency protocol is the 2,4 table's (`table.rs`): one writer, optimistic readers with
 //! striped version counters (odd while the writer changes a bucket), a reader snapshots a key's
 //! first-bucket counter before reading that bucket, the second bucket's before reading that one
-//! (only when the first does not hold the key), and checks both after: the first counter spans
-//! both reads, and a move of the key between its buckets changes both; moves along a cuckoo path
-//! copy first and clear after, from the end of the path backwards, inside one odd window over the
-//! two buckets; values are updated in place. `tests/loom_quotient.rs` model-checks a displacement
-//! and a trade under a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks
-//! of [`CHUNK`] keys pipelined one into the next; a key's second bucket is worked out only when its
-//! first does not hold it.
+//! (only when the first does not hold the key), checks the first after taking the second
+//! snapshot and the second after reading the second bucket: a move of the key between its
+//! buckets changes both counters, so one that began before the second snapshot shows in the
+//! first, one that began after it in the second. Moves along a cuckoo path copy first and clear
+//! after, from the end of the path backwards, inside one odd window over the two buckets; values
+//! are updated in place. `tests/loom_quotient.rs` model-checks a displacement and a trade under
+//! a concurrent lookup. Batched lookups are the 2,4 table's two-round prefetching, in chunks of
+//! [`CHUNK`] keys pipelined one into the next; a key's second bucket is worked out only when its
+//! first does not hold it, and prefetched right then, while the chunk's other first buckets are
+//! read.
 
 use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering, Words};
 use crate::table::{low_bits, CHUNK, STRIPES};
@@ -1116,20 +1119,20 @@ impl QuotientWriter {
         self.put(b, hi, g.hbits, (q >> 16) << 1 | (slot >> 16 & 1));
     }
 
-    /// Store `width` bits of `bits` at bit `off` of bucket `b`.
+    /// Store `width` (≤ 64) bits of `bits` at bit `off` of bucket `b`: one word, or two when
+    /// the field runs past a word's end.
     fn put(&self, b: u64, off: u32, width: u32, bits: u64) {
         let words = self.t.bucket(b);
         let (w, sh) = ((off / 64) as usize, off % 64);
-        let mask = ((u64::MAX >> (64 - width)) as u128) << sh;
-        let val = (bits as u128) << sh;
-        for (k, word) in words.iter().enumerate().skip(w).take(2) {
-            let part_mask = (mask >> (64 * (k - w))) as u64;
-            if part_mask == 0 {
-                continue;
-            }
-            let part = (val >> (64 * (k - w))) as u64;
+        let mask = u64::MAX >> (64 - width);
+        let merge = |word: &AtomicU64, m: u64, v: u64| {
             let old = word.load(Ordering::Relaxed);
-            word.store(old & !part_mask | part & part_mask, Ordering::Relaxed);
+            word.store(old & !m | v & m, Ordering::Relaxed);
+        };
+        merge(&words[w], mask << sh, bits << sh);
+        if sh + width > 64 {
+            // The field's bits from 64 - sh up go to the bottom of the next word.
+            merge(&words[w + 1], mask >> (64 - sh), bits >> (64 - sh));
         }
     }
 
