@@ -170,7 +170,7 @@ impl Geometry {
         // 48-bit tables rely on it (a probe's bits from 32 up never match a field).
         assert!(hbits <= 32, "a quotient table has at least two buckets");
         let vmask = (1u64 << vbits) - 1;
-        Geometry {
+        let mut g = Geometry {
             vbits,
             vmask,
             xmask: 0xffff & !vmask,
@@ -185,11 +185,13 @@ impl Geometry {
             hbits,
             hmask: u64::MAX >> (64 - hbits),
             hi_base: 32 * slots,
-            at: std::array::from_fn(|i| {
-                let (hi, val) = (32 * slots + i as u32 * hbits, 16 * (slots + i as u32));
-                [hi / 64, hi % 64, val / 64, val % 64].map(|x| x as u8)
-            }),
-        }
+            at: [[0; 4]; QUOTIENT_MAX_SLOTS as usize],
+        };
+        g.at = std::array::from_fn(|i| {
+            let (_, val, hi) = g.fields(i as u32);
+            [hi / 64, hi % 64, val / 64, val % 64].map(|x| x as u8)
+        });
+        g
     }
 
     /// A 48-bit hash as (quotient, first bucket): `t = h · ⌈2^64 / n⌉` as 128 bits, the quotient
