@@ -291,6 +291,22 @@ fn lanes_equal_swar<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
     m
 }
 
+/// The set bits of a mask, lowest first.
+struct Bits(u32);
+
+impl Iterator for Bits {
+    type Item = u32;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<u32> {
+        (self.0 != 0).then(|| {
+            let i = self.0.trailing_zeros();
+            self.0 &= self.0 - 1;
+            i
+        })
+    }
+}
+
 /// A key prepared for lookups.
 #[derive(Clone, Copy, Debug, Default)]
 struct Probe {
@@ -513,12 +529,6 @@ impl QTable {
     }
 
     #[inline(always)]
-    fn bucket(&self, b: u64) -> &[AtomicU64] {
-        let s = b as usize * BUCKET_WORDS;
-        &self.words[s..s + BUCKET_WORDS]
-    }
-
-    #[inline(always)]
     fn version(&self, b: u64) -> &AtomicU32 {
         &self.versions[b as usize % STRIPES]
     }
@@ -532,7 +542,7 @@ impl QTable {
     #[inline(always)]
     fn read(&self, b: u64) -> Line {
         let mut line = [0u64; BUCKET_WORDS + 1];
-        for (o, w) in line.iter_mut().zip(self.bucket(b)) {
+        for (o, w) in line.iter_mut().zip(self.view().line(b)) {
             *o = w.load(Ordering::Relaxed);
         }
         line
@@ -558,6 +568,17 @@ impl QTable {
     #[inline(always)]
     fn empties(&self, line: &Line) -> u32 {
         lanes_equal::<2>(line, 0) >> self.g.slots & self.g.slot_mask
+    }
+
+    /// The slots of `line` that hold an entry away from its first bucket (flag set).
+    #[inline(always)]
+    fn away(&self, line: &Line) -> u32 {
+        let g = &self.g;
+        let mut m = 0u32;
+        for (i, &[hw, sh, _, _]) in g.at.iter().enumerate().take(g.slots as usize) {
+            m |= ((line[hw as usize % BUCKET_WORDS] >> sh) as u32 & 1) << i;
+        }
+        m & !self.empties(line)
     }
 
     /// The slot of `line` holding `want` (`q << 1 | flag`, key bits above 48 from bit 48), if
@@ -1027,20 +1048,22 @@ impl QuotientWriter {
             return Err(InsertError::ReservedValue);
         }
         let p = self.t.probe(key).ok_or(InsertError::KeyOutOfRange)?;
-        // A new key's two lines are both read: load them together.
+        // A new key's two lines are both read: load them together, and each once.
         self.t.prefetch(p.b2);
-        if let Some((b, i, raw)) = self.find(&p) {
+        let lines = [self.t.read(p.b1), self.t.read(p.b2)];
+        if let Some((b, i, raw)) = self.find_in(&p, &lines) {
             self.write(b, i, (raw & !self.t.g.vmask) | (value as u64 + 1));
             return Ok(Some(self.value_of(raw)));
         }
         let entry =
             |second: u64| ((p.tag & MASK48) | second) << 16 | p.tag >> 48 | (value as u64 + 1);
-        if let Some(i) = self.free_slot(p.b1) {
+        let [e1, e2] = lines.map(|l| self.t.empties(&l));
+        if e1 != 0 {
+            self.write(p.b1, e1.trailing_zeros(), entry(0));
+        } else if let Some(i) = self.trade(p.b1, &lines[0]) {
             self.write(p.b1, i, entry(0));
-        } else if let Some(i) = self.trade(p.b1) {
-            self.write(p.b1, i, entry(0));
-        } else if let Some(i) = self.free_slot(p.b2) {
-            self.write(p.b2, i, entry(1));
+        } else if e2 != 0 {
+            self.write(p.b2, e2.trailing_zeros(), entry(1));
         } else {
             let (b, i) = self.make_room(&p).ok_or(InsertError::Full)?;
             self.write(b, i, entry((b != p.b1) as u64));
@@ -1082,6 +1105,17 @@ impl QuotientWriter {
         None
     }
 
+    /// [`QuotientWriter::find`] in `p`'s two lines, already read.
+    #[inline(always)]
+    fn find_in(&self, p: &Probe, lines: &[Line; 2]) -> Option<(u64, u32, u64)> {
+        for (k, (b, line)) in [p.b1, p.b2].into_iter().zip(lines).enumerate() {
+            if let Some(i) = self.t.position(line, p.tag | k as u64) {
+                return Some((b, i, self.t.slot(line, i)));
+            }
+        }
+        None
+    }
+
     fn free_slot(&self, b: u64) -> Option<u32> {
         let empty = self.t.empties(&self.t.read(b));
         (empty != 0).then(|| empty.trailing_zeros())
@@ -1111,30 +1145,27 @@ impl QuotientWriter {
     }
 
     /// Store slot `i` of bucket `b` (`q << 17 | flag << 16 | (value + 1)`; no version change:
-    /// the caller holds the window).
+    /// the caller holds the window). The two 16-bit lanes never span words; the high field may
+    /// run into the next word.
+    #[inline(always)]
     fn store(&self, b: u64, i: u32, slot: u64) {
         let g = &self.t.g;
-        let (lo, val, hi) = g.fields(i);
-        let q = slot >> 17;
-        self.put(b, lo, 16, q & 0xffff);
-        self.put(b, val, 16, slot & 0xffff);
-        self.put(b, hi, g.hbits, (q >> 16) << 1 | (slot >> 16 & 1));
-    }
-
-    /// Store `width` (≤ 64) bits of `bits` at bit `off` of bucket `b`: one word, or two when
-    /// the field runs past a word's end.
-    fn put(&self, b: u64, off: u32, width: u32, bits: u64) {
-        let words = self.t.bucket(b);
-        let (w, sh) = ((off / 64) as usize, off % 64);
-        let mask = u64::MAX >> (64 - width);
-        let merge = |word: &AtomicU64, m: u64, v: u64| {
+        let words = self.t.view().line(b);
+        let merge = |w: u32, m: u64, v: u64| {
+            let word = &words[w as usize % BUCKET_WORDS];
             let old = word.load(Ordering::Relaxed);
             word.store(old & !m | v & m, Ordering::Relaxed);
         };
-        merge(&words[w], mask << sh, bits << sh);
-        if sh + width > 64 {
+        let (lo, _, _) = g.fields(i);
+        let [hw, sh, vw, vs] = g.at[i as usize % QUOTIENT_MAX_SLOTS as usize].map(u32::from);
+        let q = slot >> 17;
+        merge(lo / 64, 0xffff << (lo % 64), (q & 0xffff) << (lo % 64));
+        merge(vw, 0xffff << vs, (slot & 0xffff) << vs);
+        let high = (q >> 16) << 1 | (slot >> 16 & 1);
+        merge(hw, g.hmask << sh, high << sh);
+        if sh + g.hbits > 64 {
             // The field's bits from 64 - sh up go to the bottom of the next word.
-            merge(&words[w + 1], mask >> (64 - sh), bits >> (64 - sh));
+            merge(hw + 1, g.hmask >> (64 - sh), high >> (64 - sh));
         }
     }
 
@@ -1222,23 +1253,16 @@ impl QuotientWriter {
     /// moves and no more entries away from their first bucket, where taking the key's second
     /// bucket would add one: a lookup reads one line for more keys. The freed slot of `b1`, or
     /// `None` (nothing moved) when no such pair is found within a few lines read.
-    fn trade(&mut self, b1: u64) -> Option<u32> {
+    fn trade(&mut self, b1: u64, line: &Line) -> Option<u32> {
         let t = self.t.clone();
-        let line = t.read(b1);
-        let away = |i: u32| {
-            let x = t.slot(&line, i);
-            x & 0xffff != 0 && x >> 16 & 1 != 0
-        };
+        let away = t.away(line);
         // The homes of the entries away from home, loaded together before any is read.
-        for i in (0..t.g.slots).filter(|&i| away(i)) {
-            t.prefetch(self.other(b1, t.slot(&line, i)).0);
+        for i in Bits(away) {
+            t.prefetch(self.other(b1, t.slot(line, i)).0);
         }
         let mut reads = 0;
-        for i in 0..t.g.slots {
-            if !away(i) {
-                continue;
-            }
-            let x = t.slot(&line, i);
+        for i in Bits(away) {
+            let x = t.slot(line, i);
             let (home, x_home) = self.other(b1, x);
             let hline = t.read(home);
             let empty = t.empties(&hline);
@@ -1250,19 +1274,14 @@ impl QuotientWriter {
                 self.moves += 1;
                 return Some(i);
             }
-            let at_home = |j: u32| {
-                let y = t.slot(&hline, j);
-                y & 0xffff != 0 && y >> 16 & 1 == 0
-            };
+            // The home is full: its entries at home are the slots not away.
+            let at_home = !t.away(&hline) & t.g.slot_mask;
             // The second buckets this home's entries could go to (as many as may be read).
             let left = (TRADE_READS - reads) as usize;
-            for j in (0..t.g.slots).filter(|&j| at_home(j)).take(left) {
+            for j in Bits(at_home).take(left) {
                 t.prefetch(self.other(home, t.slot(&hline, j)).0);
             }
-            for j in 0..t.g.slots {
-                if !at_home(j) {
-                    continue;
-                }
+            for j in Bits(at_home) {
                 let y = t.slot(&hline, j);
                 let (away, y_away) = self.other(home, y);
                 reads += 1;
@@ -1377,6 +1396,41 @@ mod tests {
             }
             if off % 16 == 0 {
                 assert_eq!(lane(&line, off), bits(&line, off, 16));
+            }
+        }
+    }
+
+    #[test]
+    fn slot_writes_touch_only_their_fields_and_flags_read_back() {
+        // Small tables have long high fields (some run across a word boundary), large ones
+        // short ones.
+        for cap in [40, 3_000, 200_000] {
+            let (w, _) = QuotientMap::new(&Config::with_capacity(cap)).unwrap();
+            let g = w.t.g;
+            let mut want = [0u64; QUOTIENT_MAX_SLOTS as usize];
+            let mut x = cap as u64;
+            for round in 0..200 {
+                x = fp_hash::splitmix64(x);
+                let i = (x % g.slots as u64) as u32;
+                // q << 17 | flag << 16 | lane: an empty lane now and then.
+                let q = (x >> 20) & ((1 << g.qbits) - 1);
+                let lane = if round % 5 == 0 { 0 } else { x >> 4 & 0xffff };
+                let slot = q << 17 | (x >> 3 & 1) << 16 | lane;
+                w.store(1, i, slot);
+                want[i as usize] = slot;
+                let line = w.t.read(1);
+                let mut away = 0;
+                for j in 0..g.slots {
+                    let s = want[j as usize];
+                    assert_eq!(w.t.slot(&line, j), s, "capacity {cap} slot {j}");
+                    away |= ((s & 0xffff != 0 && s >> 16 & 1 != 0) as u32) << j;
+                }
+                assert_eq!(w.t.away(&line), away, "capacity {cap}");
+                assert_eq!(
+                    w.t.read(0),
+                    [0; BUCKET_WORDS + 1],
+                    "a neighbour line changed"
+                );
             }
         }
     }
