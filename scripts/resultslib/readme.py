@@ -565,6 +565,7 @@ def t_fib_quotient(runs):
             ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
         )
         + "\n\n"
+        + fills_note(by)
         + "".join(
             f"Under updates ({size(u['params']['entries'])} entries, one reader, one writer at "
             f"{num(u['params']['achieved_updates_per_s'])} updates/s): quotient {num(u['value'])} Mops "
@@ -574,6 +575,22 @@ def t_fib_quotient(runs):
         )
         + source(r)
     )
+
+
+def fills_note(by):
+    """How the insert column was measured: fills per layout at each size (older runs: one)."""
+    counts = {}
+    for n in sorted(by):
+        ins = by[n]["quotient_insert"]
+        k = int(str(ins["params"].get("fills", "1")).split(",")[0])
+        counts.setdefault(k, []).append(size(n))
+    if list(counts) == [1]:
+        return "Inserts: one fill from empty to 95 % per layout and size.\n\n"
+    parts = [
+        f"the median of {k} alternated fills at {', '.join(ns)}" if k > 1 else f"one fill at {', '.join(ns)}"
+        for k, ns in counts.items()
+    ]
+    return "Inserts: each layout filled from empty to 95 %: " + "; ".join(parts) + ".\n\n"
 
 
 def t_flow_export(runs):

@@ -276,11 +276,6 @@ fn measure(b: &Bed, driver: &str, case: &str, entries: usize, kpps: f64, seed: u
     })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 pub fn run(a: HandoverArgs) -> Result<()> {
     let entries = match &a.entries {
         Some(s) => crate::lb::parse_count(s)? as usize,
@@ -316,8 +311,8 @@ pub fn run(a: HandoverArgs) -> Result<()> {
                 got[i].push(g);
             }
         }
-        let gap = |i: usize| median(&mut got[i].iter().map(|g| g.gap_ms).collect::<Vec<_>>());
-        let lost = |i: usize| median(&mut got[i].iter().map(|g| g.lost as f64).collect::<Vec<_>>());
+        let gap = |i: usize| crate::median(got[i].iter().map(|g| g.gap_ms).collect());
+        let lost = |i: usize| crate::median(got[i].iter().map(|g| g.lost as f64).collect());
         let range = |i: usize| {
             let v: Vec<f64> = got[i].iter().map(|g| g.gap_ms).collect();
             format!(

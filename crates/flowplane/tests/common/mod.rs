@@ -837,8 +837,15 @@ pub fn stop_balancer(lab: &Lab, fp: &Proc, t0: Instant) -> Result<()> {
     Ok(())
 }
 
+/// How long [`ask_held`] waits for a held connection's answer: several of TCP's
+/// retransmission intervals.
+pub const HELD_PATIENCE: Duration = Duration::from_secs(16);
+
 /// One more request on every held connection (kept-alive connections to `vip`, with the
-/// backend that answered each): each must answer 200 from that backend.
+/// backend that answered each): each must answer 200 from that backend. A late answer still
+/// counts (the connection survived: a lost segment waits for TCP's retransmission, a backend
+/// that forwards to another may first resolve its neighbour), up to [`HELD_PATIENCE`]; it is
+/// printed.
 pub fn ask_held(
     client: &Netns,
     vip: &str,
@@ -848,7 +855,20 @@ pub fn ask_held(
     let (moved, failed) = client.enter(|| {
         let (mut moved, mut failed) = (Vec::new(), Vec::new());
         for (k, (s, was)) in held.iter_mut().enumerate() {
-            match request(s, vip, false) {
+            let asked = Instant::now();
+            let mut got = request(s, vip, false);
+            while matches!(&got, Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+                && asked.elapsed() < HELD_PATIENCE
+            {
+                got = fp_testnet::read_http_response(s);
+            }
+            if got.is_ok() && asked.elapsed() > Duration::from_secs(2) {
+                println!(
+                    "    connection {k} (on {was}) {when}: answered after {:.1} s",
+                    asked.elapsed().as_secs_f64()
+                );
+            }
+            match got {
                 Ok((200, body)) if body.trim() == was => {}
                 Ok((st, body)) => moved.push(format!(
                     "connection {k} answered by {was} before: now {st} {:?}",
