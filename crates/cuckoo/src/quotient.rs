@@ -570,15 +570,21 @@ impl QTable {
         lanes_equal::<2>(line, 0) >> self.g.slots & self.g.slot_mask
     }
 
-    /// The slots of `line` that hold an entry away from its first bucket (flag set).
+    /// Each slot's flag (set: the entry is in its second bucket), empty slots included.
     #[inline(always)]
-    fn away(&self, line: &Line) -> u32 {
+    fn flags(&self, line: &Line) -> u32 {
         let g = &self.g;
         let mut m = 0u32;
         for (i, &[hw, sh, _, _]) in g.at.iter().enumerate().take(g.slots as usize) {
             m |= ((line[hw as usize % BUCKET_WORDS] >> sh) as u32 & 1) << i;
         }
-        m & !self.empties(line)
+        m
+    }
+
+    /// The slots of `line` that hold an entry away from its first bucket.
+    #[inline(always)]
+    fn away(&self, line: &Line) -> u32 {
+        self.flags(line) & !self.empties(line)
     }
 
     /// The slot of `line` holding `want` (`q << 1 | flag`, key bits above 48 from bit 48), if
@@ -1274,8 +1280,8 @@ impl QuotientWriter {
                 self.moves += 1;
                 return Some(i);
             }
-            // The home is full: its entries at home are the slots not away.
-            let at_home = !t.away(&hline) & t.g.slot_mask;
+            // The home is full (no empty slot): its entries at home are the slots not flagged.
+            let at_home = !t.flags(&hline) & t.g.slot_mask;
             // The second buckets this home's entries could go to (as many as may be read).
             let left = (TRADE_READS - reads) as usize;
             for j in Bits(at_home).take(left) {
