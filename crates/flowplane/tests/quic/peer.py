@@ -4,8 +4,9 @@ server: answers every request stream with "NAME: <request>" on each --vip, issui
         that carry --id (--id-len bytes, big-endian, from byte --id-offset of the ID), the layout a
         flowplane VIP with quic = true reads. Prints "listening" once every socket is bound.
 client: opens --connections connections to --vip:--port; on each, one request, then --rebinds
-        times: a new UDP socket (a new source port, as a NAT rebinding gives), every other time a
-        new connection ID as well, and one request. Prints one line per request:
+        times: a new UDP socket (a source port new to the connection, as a NAT rebinding gives),
+        every other time a new connection ID as well, and one request. Prints one line per
+        request:
             conn K step S port P answer NAME      or      conn K step S port P timeout
         A connection stops at its first timeout. Exit status 0 whatever the answers (the test
         judges them).
@@ -119,12 +120,16 @@ class Client:
         config.verify_mode = ssl.CERT_NONE
         self.conn = QuicConnection(configuration=config)
         self.sock = None
+        # Sockets left behind by rebinds, kept open until the connection ends: a port closed
+        # and freed could be handed out again by the next bind, and then that rebinding would
+        # not change the source port at all.
+        self.left = []
         self.rebind()
         self.conn.connect(self.addr, now=time.time())
 
     def rebind(self):
         if self.sock is not None:
-            self.sock.close()
+            self.left.append(self.sock)
         self.sock = socket.socket(self.family, socket.SOCK_DGRAM)
         self.sock.bind(("", 0))
         return self.sock.getsockname()[1]
@@ -183,7 +188,8 @@ def run_client(args):
             print(f"conn {k} step {step} port {port} answer {answer}", flush=True)
         c.conn.close()
         c.pump(lambda e: False, 0.05)
-        c.sock.close()
+        for s in c.left + [c.sock]:
+            s.close()
 
 
 def main():
