@@ -7,25 +7,32 @@
 //!                          b1 = ⌊(t's low word) · N / 2^64⌋: the first bucket (about h mod N)
 //! b2 = (b1 + f(q)) mod N  f(q) ∈ [1, N): the quotient times an odd constant, scaled to N − 1
 //!
-//! one bucket = one 64-byte line, S slots of w = q bits + 1 + 16 bits, in three arrays:
-//! ┌───────────────────────┬───────────────────────┬──────────────────────────────┬─────┐
-//! │ S × 16: q's low bits  │ S × 16: value + 1     │ S × (q bits − 15): q >> 16,  │ pad │
-//! │ (compared all at once)│ (0: the slot is empty)│ then the second-bucket flag  │     │
-//! └───────────────────────┴───────────────────────┴──────────────────────────────┴─────┘
-//! S · w ≤ 512
+//! one bucket = one 64-byte line, S slots of w = q bits + 16 bits, in three arrays, and a count:
+//! ┌───────────────────────┬───────────────────────┬─────────────────────┬─────┬────────────┐
+//! │ S × 16: q's low bits  │ S × 16: value + 1     │ S × (q bits − 16):  │ pad │ 5 bits: h, │
+//! │ (compared all at once)│ (0: the slot is empty)│ q >> 16             │     │ entries at │
+//! │                       │                       │                     │     │ home       │
+//! └───────────────────────┴───────────────────────┴─────────────────────┴─────┴────────────┘
+//! S · w ≤ 507; slots 0..h hold the entries in their first bucket, the rest those in their
+//! second bucket and the empty slots
 //! ```
 //!
 //! A lookup compares the probe's low 16 quotient bits with every slot's at once (SSE2: two
 //! 8-lane compares, a pack and a mask; elsewhere a zero-lane test, four lanes per word), and
-//! checks the rest of the quotient and the flag only for the slots that match there (about one
-//! in 65 536 that do not hold the key). docs/quotient.md has the measurements.
+//! checks the rest of the quotient only for the slots that match there (about one in 65 536 that
+//! do not hold the key), among the slots `0..h` in a key's first bucket and `h..S` in its
+//! second. docs/quotient.md has the measurements.
 //!
-//! An entry in bucket `b` with quotient `q` and flag `second` is the key `unmix(join(q, b1)) ⊕ seed`
+//! Which of its two buckets an entry is in is its slot's side of `h`, not a bit of the slot: the
+//! writer keeps a bucket's entries at home in its first `h` slots (an entry that leaves fills its
+//! gap with the last of them; one that comes home takes slot `h`, moving an entry away from home
+//! there to an empty slot). That bit per slot is what takes a 64M-entry table from 11 slots to 12.
+//! An entry in bucket `b` with quotient `q`, at home or not, is the key `unmix(join(q, b1)) ⊕ seed`
 //! where `b1 = b` (first bucket) or `b1 = (b − f(q)) mod N` (second): the key comes back whole, so
 //! the table stores `w` bits per entry instead of 64 (CuckooSwitch's compact layout). Its other
-//! bucket follows from `b`, `q` and the flag alone, so an entry moves along a cuckoo path without
+//! bucket follows from `b`, `q` and its side alone, so an entry moves along a cuckoo path without
 //! its key being rebuilt. The slot count per bucket follows from the table size: a larger table
-//! has a shorter quotient (a 1G-entry table: 22 bits, 39-bit slots, 13 per line; 64M: 26 bits, 11
+//! has a shorter quotient (a 1G-entry table: 22 bits, 38-bit slots, 13 per line; 64M: 26 bits, 12
 //! per line; 1M: 10 per line), so at 95 % load an entry costs `64 / (0.95 · S)` bytes.
 //!
 //! With 10 to 16 slots per line, most keys find room in their first bucket: a successful lookup
@@ -59,6 +66,12 @@ use crate::{Config, InsertError};
 const BUCKET_WORDS: usize = 8;
 /// Bits per bucket.
 const BUCKET_BITS: u32 = 512;
+/// Bits of the count of entries at home, at the top of a bucket's last word.
+const COUNT_BITS: u32 = 5;
+/// Where the count starts in a bucket's last word.
+const COUNT_SHIFT: u32 = 64 - COUNT_BITS;
+/// Bits a bucket has for slots.
+const SLOT_BITS: u32 = BUCKET_BITS - COUNT_BITS;
 /// Most slots a bucket holds.
 pub const QUOTIENT_MAX_SLOTS: u32 = 16;
 /// Keys are 48 bits.
@@ -129,7 +142,7 @@ struct Geometry {
     width: u32,
     /// Bits of the quotient.
     qbits: u32,
-    /// Bits of a slot's high field: the quotient's bits above the low 16, and the flag.
+    /// Bits of a slot's high field: the quotient's bits above the low 16.
     hbits: u32,
     /// The low `hbits` bits set.
     hmask: u64,
@@ -150,13 +163,13 @@ struct Geometry {
 }
 
 impl Geometry {
-    /// The most slots per line for `capacity` entries at `load`: S slots of `qbits(N) + 17` bits
-    /// with `N = ⌈capacity / (load · S)⌉` must fit 512 bits.
+    /// The most slots per line for `capacity` entries at `load`: S slots of `qbits(N) + 16` bits
+    /// with `N = ⌈capacity / (load · S)⌉` must fit the line's 507 bits beside the count.
     fn for_capacity(capacity: usize, load: f64, vbits: u32) -> Geometry {
         for slots in (1..=QUOTIENT_MAX_SLOTS).rev() {
             let n = ((capacity as f64 / (load * slots as f64)).ceil() as u64).max(2);
             let g = Geometry::with(n, slots, vbits);
-            if g.slots * g.width <= BUCKET_BITS {
+            if g.slots * g.width <= SLOT_BITS {
                 return g;
             }
         }
@@ -167,10 +180,10 @@ impl Geometry {
         // n ≥ 2 (and n = 2^k exactly: u64::MAX / n is then 2^(64-k) - 1).
         let m = u64::MAX / n + 1;
         let qbits = 64 - (((MASK48 as u128 * m as u128) >> 64) as u64).leading_zeros();
-        let hbits = qbits.max(16) - 15;
-        // n ≥ 2 keeps the quotient within 47 bits and the high field within 32: lookups of
-        // 48-bit tables rely on it (a probe's bits from 32 up never match a field).
-        assert!(hbits <= 32, "a quotient table has at least two buckets");
+        let hbits = qbits.max(17) - 16;
+        // n ≥ 2 keeps the quotient within 47 bits and the high field within 31: lookups of
+        // 48-bit tables rely on it (a probe's bits from 31 up never match a field).
+        assert!(hbits <= 31, "a quotient table has at least two buckets");
         let vmask = (1u64 << vbits) - 1;
         let mut g = Geometry {
             vbits,
@@ -235,6 +248,12 @@ fn bits(line: &Line, off: u32, width: u32) -> u64 {
     // The next word's bits shifted in by 64 - sh in two steps, so sh = 0 needs no branch.
     let two = line[w] >> sh | (line[w + 1] << 1) << (63 - sh);
     two & (u64::MAX >> (64 - width))
+}
+
+/// The entries of a line in their first bucket, kept in its first slots.
+#[inline(always)]
+fn count(line: &Line) -> u32 {
+    (line[BUCKET_WORDS - 1] >> COUNT_SHIFT) as u32
 }
 
 /// The 16-bit field of `line` at bit `off`, a multiple of 16 (it never spans two words).
@@ -314,13 +333,42 @@ impl Iterator for Bits {
 struct Probe {
     b1: u64,
     b2: u64,
-    /// The quotient shifted into place: `q << 1` (the flag bit, 0 or 1, is or-ed in per bucket),
+    /// The quotient shifted into place: `q << 1` (bit 0 is or-ed in per bucket: 1 for the second),
     /// and from bit 48 the key's bits above 48 as its value lane holds them ([`View::first_of`]).
     tag: u64,
 }
 
 /// One bucket's words, read, with a zero word after them so any slot reads as two words.
 type Line = [u64; BUCKET_WORDS + 1];
+
+/// A bucket's line as the writer changes it: its words, and which of them changed (the words
+/// [`QuotientWriter::commit`] stores).
+struct Edit {
+    w: Line,
+    dirty: u32,
+}
+
+impl Edit {
+    #[inline(always)]
+    fn of(line: &Line) -> Edit {
+        Edit { w: *line, dirty: 0 }
+    }
+
+    /// Bits `m` of word `k` set to `v`'s.
+    #[inline(always)]
+    fn merge(&mut self, k: u32, m: u64, v: u64) {
+        let word = &mut self.w[k as usize % BUCKET_WORDS];
+        *word = *word & !m | v & m;
+        self.dirty |= 1 << (k % BUCKET_WORDS as u32);
+    }
+
+    /// Set the count of entries at home.
+    #[inline(always)]
+    fn set_count(&mut self, h: u32) {
+        let last = BUCKET_WORDS as u32 - 1;
+        self.merge(last, u64::MAX << COUNT_SHIFT, (h as u64) << COUNT_SHIFT);
+    }
+}
 
 /// The table shared by the writer and the readers.
 struct QTable {
@@ -396,24 +444,32 @@ impl<'a> View<'a> {
         fp_hash::prefetch_read(self.lines.as_ptr().wrapping_add(b as usize));
     }
 
-    /// The stored value + 1 of the slot of bucket `b` whose `q << 1 | flag` (and key bits above
-    /// 48, from bit 48) is `want`, else 0.
+    /// The stored value + 1 of the slot of bucket `b` that holds the key of tag `want` (`q << 1`,
+    /// and key bits above 48 from bit 48) among the bucket's entries at home, or with `SECOND`
+    /// among the others; else 0.
     /// Only the words a lookup needs are loaded (one cache line: they cost one miss together):
     /// the four of low quotient bits, compared all at once, then for the slots that match there
     /// the rest of the quotient and the value, straight from the table (no copy of the line).
     #[inline(always)]
-    fn scan_at<const WIDE: bool>(&self, b: u64, want: u64) -> u64 {
+    fn scan_at<const WIDE: bool, const SECOND: bool>(&self, b: u64, want: u64) -> u64 {
         let g = &self.g;
         let words = self.line(b);
         let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
         let low = [w(0), w(1), w(2), w(3)];
-        let mut cand = lanes_equal::<1>(&low, (want >> 1) as u16) & g.slot_mask;
-        // Without `WIDE`, a key's bits above 48 land in bit 32 and up, above any high field
-        // (at most 32 bits), so such a key matches no slot.
-        let want_hi = if WIDE {
-            ((want & MASK48) >> 17) << 1 | (want & 1)
+        // The slots of the entries at home in a first bucket, the others in a second.
+        let h = (w(7) >> COUNT_SHIFT) as u32;
+        let lanes = lanes_equal::<1>(&low, (want >> 1) as u16);
+        let mut cand = if SECOND {
+            (lanes & g.slot_mask) >> h << h
         } else {
-            (want >> 17) << 1 | (want & 1)
+            lanes & ((1 << h) - 1)
+        };
+        // Without `WIDE`, a key's bits above 48 land in bit 31 and up, above any high field
+        // (at most 31 bits), so such a key matches no slot.
+        let want_hi = if WIDE {
+            (want & MASK48) >> 17
+        } else {
+            want >> 17
         };
         let want_x = want >> 48;
         let mut got = 0u64;
@@ -550,20 +606,23 @@ impl QTable {
         line
     }
 
-    /// Slot `i` of a line as one word: `q << 17 | flag << 16 | lane`, the lane being the value + 1
-    /// and above it any key bits beyond 48.
+    /// Slot `i` of a line as one word: `q << 17 | away << 16 | lane`, the lane being the value + 1
+    /// and above it any key bits beyond 48, `away` set for a slot past the entries at home.
     #[inline(always)]
     fn slot(&self, line: &Line, i: u32) -> u64 {
         let g = &self.g;
         let (lo, val, hi) = g.fields(i);
         let hi = bits(line, hi, g.hbits);
-        (hi >> 1) << 33 | lane(line, lo) << 17 | (hi & 1) << 16 | lane(line, val)
+        let away = (i >= count(line)) as u64;
+        hi << 33 | lane(line, lo) << 17 | away << 16 | lane(line, val)
     }
 
-    /// The slots of `line` whose low quotient bits match `want`'s (`q << 1 | flag`).
+    /// The slots of `line` on `want`'s side (bit 0: at home or not) whose low quotient bits
+    /// match `want`'s (`q << 1`).
     #[inline(always)]
     fn candidates(&self, line: &Line, want: u64) -> u32 {
-        lanes_equal::<1>(line, (want >> 1) as u16) & self.g.slot_mask
+        let side = self.home(line) ^ (self.g.slot_mask & (want as u32 & 1).wrapping_neg());
+        lanes_equal::<1>(line, (want >> 1) as u16) & side
     }
 
     /// The slots of `line` that are empty (value + 1 = 0).
@@ -572,29 +631,88 @@ impl QTable {
         lanes_equal::<2>(line, 0) >> self.g.slots & self.g.slot_mask
     }
 
-    /// Each slot's flag (set: the entry is in its second bucket), empty slots included.
+    /// The slots of `line` that hold an entry in its first bucket: the first [`count`].
     #[inline(always)]
-    fn flags(&self, line: &Line) -> u32 {
-        let g = &self.g;
-        let mut m = 0u32;
-        for (i, &[hw, sh, _, _]) in g.at.iter().enumerate().take(g.slots as usize) {
-            m |= ((line[hw as usize % BUCKET_WORDS] >> sh) as u32 & 1) << i;
-        }
-        m
+    fn home(&self, line: &Line) -> u32 {
+        (1u32 << count(line)) - 1
     }
 
     /// The slots of `line` that hold an entry away from its first bucket.
     #[inline(always)]
     fn away(&self, line: &Line) -> u32 {
-        self.flags(line) & !self.empties(line)
+        self.g.slot_mask & !self.home(line) & !self.empties(line)
     }
 
-    /// The slot of `line` holding `want` (`q << 1 | flag`, key bits above 48 from bit 48), if
-    /// any.
+    /// Set slot `i` of `e` to the quotient and lane of `slot` (`q << 17 | away << 16 | lane`;
+    /// which side of the count the slot is on is the caller's). The two 16-bit lanes never span
+    /// words; the high field may run into the next word (never past the line's last).
+    #[inline(always)]
+    fn set(&self, e: &mut Edit, i: u32, slot: u64) {
+        let g = &self.g;
+        let (lo, val, hi) = g.fields(i);
+        let q = slot >> 17;
+        e.merge(lo / 64, 0xffff << (lo % 64), (q & 0xffff) << (lo % 64));
+        e.merge(
+            val / 64,
+            0xffff << (val % 64),
+            (slot & 0xffff) << (val % 64),
+        );
+        let (hw, sh, high) = (hi / 64, hi % 64, q >> 16);
+        e.merge(hw, g.hmask << sh, high << sh);
+        if sh + g.hbits > 64 {
+            // The field's bits from 64 - sh up go to the bottom of the next word.
+            e.merge(hw + 1, g.hmask >> (64 - sh), high >> (64 - sh));
+        }
+    }
+
+    /// Add entry `bits` (`q << 17 | away << 16 | lane`) to `e`, which has an empty slot, on its
+    /// side of the count: at home in slot `h` (an entry away from home there moves to an empty
+    /// slot first, all of which lie past `h`) and the count one up, or away in an empty slot.
+    /// `empty`: `e`'s empty slots, which the caller knows (scanning the copy just made would
+    /// load what was just stored).
+    #[inline(always)]
+    fn put(&self, e: &mut Edit, bits: u64, empty: u32) {
+        debug_assert_eq!(empty, self.empties(&e.w));
+        debug_assert!(empty != 0, "put into a full bucket");
+        if bits >> 16 & 1 != 0 {
+            self.set(e, empty.trailing_zeros(), bits);
+            return;
+        }
+        let h = count(&e.w);
+        if empty >> h & 1 == 0 {
+            let there = self.slot(&e.w, h);
+            self.set(e, empty.trailing_zeros(), there);
+        }
+        self.set(e, h, bits);
+        e.set_count(h + 1);
+    }
+
+    /// Clear slot `i` of `e`; an entry at home leaves its gap to the last of them, so the entries
+    /// at home stay the first. The slot left empty.
+    #[inline(always)]
+    fn take(&self, e: &mut Edit, i: u32) -> u32 {
+        let h = count(&e.w);
+        if i < h {
+            let last = h - 1;
+            if i != last {
+                let moved = self.slot(&e.w, last);
+                self.set(e, i, moved);
+            }
+            self.set(e, last, 0);
+            e.set_count(last);
+            last
+        } else {
+            self.set(e, i, 0);
+            i
+        }
+    }
+
+    /// The slot of `line` holding `want` (`q << 1`, bit 0 set for a second bucket, key bits
+    /// above 48 from bit 48), if any.
     #[inline(always)]
     fn position(&self, line: &Line, want: u64) -> Option<u32> {
         let g = &self.g;
-        let want_hi = ((want & MASK48) >> 17) << 1 | (want & 1);
+        let want_hi = (want & MASK48) >> 17;
         let mut cand = self.candidates(line, want);
         while cand != 0 {
             let i = cand.trailing_zeros();
@@ -620,9 +738,9 @@ impl QTable {
                 continue;
             }
             let v = self.view();
-            let mut got = v.scan_at::<true>(p.b1, p.tag);
+            let mut got = v.scan_at::<true, false>(p.b1, p.tag);
             if got == 0 {
-                got = v.scan_at::<true>(p.b2, p.tag | 1);
+                got = v.scan_at::<true, true>(p.b2, p.tag);
             }
             fence(Ordering::Acquire);
             if c1.load(Ordering::Relaxed) == v1 && c2.load(Ordering::Relaxed) == v2 {
@@ -762,7 +880,7 @@ impl Lanes {
         let mut odd = self.odd;
         let keys = self.b1.iter().zip(&self.tag);
         for (i, (o, (&b1, &tag))) in out[..self.n].iter_mut().zip(keys).enumerate() {
-            let got = t.scan_at::<WIDE>(b1, tag);
+            let got = t.scan_at::<WIDE, false>(b1, tag);
             let valid = !WIDE || self.valid >> i & 1 != 0;
             let hit = (got != 0) & valid;
             *o = hit.then_some(got.wrapping_sub(1) as u16);
@@ -812,7 +930,7 @@ impl Lanes {
         while m != 0 {
             let i = m.trailing_zeros() as usize % CHUNK;
             m &= m - 1;
-            let got = t.scan_at::<WIDE>(self.b2[i], self.tag[i] | 1);
+            let got = t.scan_at::<WIDE, true>(self.b2[i], self.tag[i]);
             out[i] = (got != 0).then(|| (got - 1) as u16);
         }
         if OWNER {
@@ -1010,16 +1128,9 @@ impl QuotientWriter {
         let (mut first, mut second) = (0, 0);
         for b in 0..self.t.g.n {
             let line = self.t.read(b);
-            for i in 0..self.t.g.slots {
-                let s = self.t.slot(&line, i);
-                if s & 0xffff != 0 {
-                    if s >> 16 & 1 == 0 {
-                        first += 1;
-                    } else {
-                        second += 1;
-                    }
-                }
-            }
+            let home = count(&line) as usize;
+            first += home;
+            second += self.t.away(&line).count_ones() as usize;
         }
         (first, second)
     }
@@ -1067,17 +1178,24 @@ impl QuotientWriter {
         let entry =
             |second: u64| ((p.tag & MASK48) | second) << 16 | p.tag >> 48 | (value as u64 + 1);
         let [e1, e2] = lines.map(|l| self.t.empties(&l));
-        if e1 != 0 {
-            self.write(p.b1, e1.trailing_zeros(), entry(0));
-        } else if let Some(i) = self.trade(p.b1, &lines[0]) {
-            self.write(p.b1, i, entry(0));
-        } else if let Some(i) = self.send_away(p.b1, &lines[0], e2) {
-            self.write(p.b1, i, entry(0));
-        } else if e2 != 0 {
-            self.write(p.b2, e2.trailing_zeros(), entry(1));
-        } else {
-            let (b, i) = self.make_room(&p).ok_or(InsertError::Full)?;
-            self.write(b, i, entry((b != p.b1) as u64));
+        // Neither a failed trade nor a send-away that found no room moved anything: the lines
+        // read are current.
+        let placed = e1 != 0 && {
+            self.add(p.b1, &lines[0], e1, entry(0));
+            true
+        };
+        let placed = placed
+            || self.trade(p.b1, &lines[0], entry(0))
+            || self.send_away(p.b1, &lines[0], e2, entry(0));
+        if !placed {
+            if e2 != 0 {
+                self.add(p.b2, &lines[1], e2, entry(1));
+            } else {
+                let to = self.make_room(&p).ok_or(InsertError::Full)?;
+                let line = self.t.read(to);
+                let empty = self.t.empties(&line);
+                self.add(to, &line, empty, entry((to != p.b1) as u64));
+            }
         }
         self.t.counts.len.fetch_add(1, Ordering::Relaxed);
         Ok(None)
@@ -1100,7 +1218,9 @@ impl QuotientWriter {
     pub fn remove(&mut self, key: u64) -> Option<u16> {
         let p = self.t.probe(key)?;
         let (b, i, raw) = self.find(&p)?;
-        self.write(b, i, 0);
+        let mut e = Edit::of(&self.t.read(b));
+        let _ = self.t.take(&mut e, i);
+        self.window(b, b, || self.commit(b, &e));
         self.t.counts.len.fetch_sub(1, Ordering::Relaxed);
         Some(self.value_of(raw))
     }
@@ -1127,9 +1247,9 @@ impl QuotientWriter {
         None
     }
 
-    fn free_slot(&self, b: u64) -> Option<u32> {
-        let empty = self.t.empties(&self.t.read(b));
-        (empty != 0).then(|| empty.trailing_zeros())
+    /// Whether bucket `b` has an empty slot.
+    fn has_room(&self, b: u64) -> bool {
+        self.t.empties(&self.t.read(b)) != 0
     }
 
     /// The bucket an entry (slot bits `s`, in bucket `b`) moves to, and its bits there.
@@ -1145,45 +1265,60 @@ impl QuotientWriter {
         }
     }
 
-    /// Store slot `i` of bucket `b` (its one or two words) inside an odd-version window.
+    /// Overwrite slot `i` of bucket `b` with `bits` (its quotient and value lane: a value updated
+    /// in place).
     fn write(&self, b: u64, i: u32, bits: u64) {
-        let c = self.t.version(b);
-        let v = c.load(Ordering::Relaxed);
-        c.store(v.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.store(b, i, bits);
-        c.store(v.wrapping_add(2), Ordering::Release);
+        let mut e = Edit::of(&self.t.read(b));
+        self.t.set(&mut e, i, bits);
+        self.window(b, b, || self.commit(b, &e));
     }
 
-    /// Store slot `i` of bucket `b` (`q << 17 | flag << 16 | (value + 1)`; no version change:
-    /// the caller holds the window). The two 16-bit lanes never span words; the high field may
-    /// run into the next word.
+    /// Add entry `bits` to bucket `b`, which has an empty slot ([`QTable::put`]), whose line
+    /// is `line` as read, with empty slots `empty`.
     #[inline(always)]
-    fn store(&self, b: u64, i: u32, slot: u64) {
-        let g = &self.t.g;
+    fn add(&self, b: u64, line: &Line, empty: u32, bits: u64) {
+        let mut e = Edit::of(line);
+        self.t.put(&mut e, bits, empty);
+        self.window(b, b, || self.commit(b, &e));
+    }
+
+    /// Run `f` with the counters of buckets `a` and `b` odd (one window when they share a
+    /// stripe): readers of either bucket that overlap it look again.
+    #[inline(always)]
+    fn window<R>(&self, a: u64, b: u64, f: impl FnOnce() -> R) -> R {
+        let (ca, cb) = (self.t.version(a), self.t.version(b));
+        let same = std::ptr::eq(ca, cb);
+        let va = ca.load(Ordering::Relaxed);
+        ca.store(va.wrapping_add(1), Ordering::Relaxed);
+        let mut vb = 0;
+        if !same {
+            vb = cb.load(Ordering::Relaxed);
+            cb.store(vb.wrapping_add(1), Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+        let r = f();
+        ca.store(va.wrapping_add(2), Ordering::Release);
+        if !same {
+            cb.store(vb.wrapping_add(2), Ordering::Release);
+        }
+        r
+    }
+
+    /// Store the words of bucket `b` that `e` changed (the caller holds the window: the writer
+    /// works out a change on a copy, and only stores go inside).
+    #[inline(always)]
+    fn commit(&self, b: u64, e: &Edit) {
         let words = self.t.view().line(b);
-        let merge = |w: u32, m: u64, v: u64| {
-            let word = &words[w as usize % BUCKET_WORDS];
-            let old = word.load(Ordering::Relaxed);
-            word.store(old & !m | v & m, Ordering::Relaxed);
-        };
-        let (lo, _, _) = g.fields(i);
-        let [hw, sh, vw, vs] = g.at[i as usize % QUOTIENT_MAX_SLOTS as usize].map(u32::from);
-        let q = slot >> 17;
-        merge(lo / 64, 0xffff << (lo % 64), (q & 0xffff) << (lo % 64));
-        merge(vw, 0xffff << vs, (slot & 0xffff) << vs);
-        let high = (q >> 16) << 1 | (slot >> 16 & 1);
-        merge(hw, g.hmask << sh, high << sh);
-        if sh + g.hbits > 64 {
-            // The field's bits from 64 - sh up go to the bottom of the next word.
-            merge(hw + 1, g.hmask >> (64 - sh), high >> (64 - sh));
+        for k in Bits(e.dirty) {
+            let k = k as usize % BUCKET_WORDS;
+            words[k].store(e.w[k], Ordering::Relaxed);
         }
     }
 
     /// Free a slot in `p.b1` or `p.b2` by moving entries along the shortest cuckoo path found
-    /// by breadth-first search (bounded depth and nodes); the freed (bucket, slot), or `None`
+    /// by breadth-first search (bounded depth and nodes); the bucket with room, or `None`
     /// (nothing moved) when there is no path.
-    fn make_room(&mut self, p: &Probe) -> Option<(u64, u32)> {
+    fn make_room(&mut self, p: &Probe) -> Option<u64> {
         let t = self.t.clone();
         self.queue.clear();
         for b in [p.b1, p.b2] {
@@ -1210,8 +1345,8 @@ impl QuotientWriter {
             let mut hit = None;
             for i in 0..t.g.slots {
                 let to = tos[i as usize];
-                if let Some(free) = self.free_slot(to) {
-                    hit = Some((i, to, free));
+                if self.has_room(to) {
+                    hit = Some((i, to));
                     break;
                 }
                 if (node.depth as usize + 1) < t.max_depth
@@ -1233,7 +1368,7 @@ impl QuotientWriter {
         };
         // The path, from the node next to the free slot back to a root: (bucket, slot whose entry
         // moves on).
-        let (mut at, (slot, mut to, mut free)) = found;
+        let (mut at, (slot, mut to)) = found;
         self.path.clear();
         self.path.push((self.queue[at].bucket, slot));
         while self.queue[at].parent != u32::MAX {
@@ -1242,7 +1377,7 @@ impl QuotientWriter {
             self.path
                 .push((self.queue[at].bucket, n.slot_in_parent as u32));
         }
-        // Move each entry into the slot freed just before it.
+        // Move each entry into the room made just before it.
         t.counts
             .moved
             .fetch_add(self.path.len() as u64, Ordering::Release);
@@ -1251,20 +1386,21 @@ impl QuotientWriter {
             let s = t.slot(&t.read(b), i);
             let (dest, moved) = self.other(b, s);
             debug_assert_eq!(dest, to);
-            self.move_entry(b, i, dest, free, moved);
+            self.move_entry(b, i, dest, moved, None);
             self.moves += 1;
-            (to, free) = (b, i);
+            to = b;
         }
-        Some((to, free))
+        Some(to)
     }
 
     /// Room in a full first bucket `b1` without a new entry in a second bucket: an entry of
     /// `b1` that sits in its second bucket goes home to its first bucket `h`, which (full too)
     /// makes room by sending one of its first-bucket entries to that entry's second bucket. Two
     /// moves and no more entries away from their first bucket, where taking the key's second
-    /// bucket would add one: a lookup reads one line for more keys. The freed slot of `b1`, or
-    /// `None` (nothing moved) when no such pair is found within a few lines read.
-    fn trade(&mut self, b1: u64, line: &Line) -> Option<u32> {
+    /// bucket would add one: a lookup reads one line for more keys. The new key's entry `new`
+    /// takes the room with the last move. Whether it did (`false`: nothing moved, no such pair
+    /// found within a few lines read).
+    fn trade(&mut self, b1: u64, line: &Line, new: u64) -> bool {
         let t = self.t.clone();
         let away = t.away(line);
         // The homes of the entries away from home, loaded together before any is read.
@@ -1276,17 +1412,14 @@ impl QuotientWriter {
             let x = t.slot(line, i);
             let (home, x_home) = self.other(b1, x);
             let hline = t.read(home);
-            let empty = t.empties(&hline);
-            if empty != 0 {
-                let free = empty.trailing_zeros();
+            if t.empties(&hline) != 0 {
                 // Room at home (after removals): one move, one fewer entry away.
                 t.counts.moved.fetch_add(1, Ordering::Release);
-                self.move_entry(b1, i, home, free, x_home);
+                self.move_entry(b1, i, home, x_home, Some(new));
                 self.moves += 1;
-                return Some(i);
+                return true;
             }
-            // The home is full (no empty slot): its entries at home are the slots not flagged.
-            let at_home = !t.flags(&hline) & t.g.slot_mask;
+            let at_home = t.home(&hline);
             // The second buckets this home's entries could go to (as many as may be read).
             let left = (TRADE_READS - reads) as usize;
             for j in Bits(at_home).take(left) {
@@ -1296,19 +1429,19 @@ impl QuotientWriter {
                 let y = t.slot(&hline, j);
                 let (away, y_away) = self.other(home, y);
                 reads += 1;
-                if let Some(free) = self.free_slot(away) {
+                if self.has_room(away) {
                     t.counts.moved.fetch_add(2, Ordering::Release);
-                    self.move_entry(home, j, away, free, y_away);
-                    self.move_entry(b1, i, home, j, x_home);
+                    self.move_entry(home, j, away, y_away, None);
+                    self.move_entry(b1, i, home, x_home, Some(new));
                     self.moves += 2;
-                    return Some(i);
+                    return true;
                 }
                 if reads >= TRADE_READS {
-                    return None;
+                    return false;
                 }
             }
         }
-        None
+        false
     }
 
     /// With the first bucket `b1` full and no trade found, one entry must go to its second
@@ -1316,13 +1449,12 @@ impl QuotientWriter {
     /// The one whose second bucket has the most free slots goes, so entries sent away land
     /// where that bucket's own keys are least likely to find it full later and be sent away in
     /// turn: filled to 95 %, 0.6–0.7 % fewer of the entries end in second buckets (fewer lines
-    /// per lookup; docs/quotient.md). The slot of `b1` freed for the new key, or `None` when the
-    /// new key goes itself (or no bucket has room). Reads the second buckets of `b1`'s entries,
-    /// loaded together.
-    fn send_away(&mut self, b1: u64, line: &Line, e2: u32) -> Option<u32> {
+    /// per lookup; docs/quotient.md). The new key's entry `new` takes the slot freed, in the
+    /// same window as the move. Whether it did (`false` when the new key goes itself, or no
+    /// bucket has room). Reads the second buckets of `b1`'s entries, loaded together.
+    fn send_away(&mut self, b1: u64, line: &Line, e2: u32, new: u64) -> bool {
         let t = self.t.clone();
-        // Full: its entries at home are the slots not flagged.
-        let at_home = !t.flags(line) & t.g.slot_mask;
+        let at_home = t.home(line);
         let mut to = [(0u64, 0u64); QUOTIENT_MAX_SLOTS as usize];
         for j in Bits(at_home) {
             let o = self.other(b1, t.slot(line, j));
@@ -1331,17 +1463,19 @@ impl QuotientWriter {
         }
         let (mut best, mut most) = (None, e2.count_ones());
         for j in Bits(at_home) {
-            let free = t.empties(&t.read(to[j as usize % to.len()].0));
-            if free.count_ones() > most {
-                (best, most) = (Some((j, free.trailing_zeros())), free.count_ones());
+            let free = t.empties(&t.read(to[j as usize % to.len()].0)).count_ones();
+            if free > most {
+                (best, most) = (Some(j), free);
             }
         }
-        let (j, free) = best?;
+        let Some(j) = best else {
+            return false;
+        };
         let (dest, bits) = to[j as usize % to.len()];
         t.counts.moved.fetch_add(1, Ordering::Release);
-        self.move_entry(b1, j, dest, free, bits);
+        self.move_entry(b1, j, dest, bits, Some(new));
         self.moves += 1;
-        Some(j)
+        true
     }
 
     /// Whether bucket `b` is node `at` or one of its ancestors (a path through a bucket twice
@@ -1359,24 +1493,27 @@ impl QuotientWriter {
         }
     }
 
-    /// Copy an entry into `(to, free)` then clear `(from, i)`, in one odd window over both.
-    fn move_entry(&self, from: u64, i: u32, to: u64, free: u32, bits: u64) {
-        let (ca, cb) = (self.t.version(from), self.t.version(to));
-        let same = std::ptr::eq(ca, cb);
-        let va = ca.load(Ordering::Relaxed);
-        ca.store(va.wrapping_add(1), Ordering::Relaxed);
-        let vb = (!same).then(|| {
-            let v = cb.load(Ordering::Relaxed);
-            cb.store(v.wrapping_add(1), Ordering::Relaxed);
-            v
-        });
-        fence(Ordering::Release);
-        self.store(to, free, bits);
-        self.store(from, i, 0);
-        ca.store(va.wrapping_add(2), Ordering::Release);
-        if let Some(v) = vb {
-            cb.store(v.wrapping_add(2), Ordering::Release);
+    /// Add an entry (its bits in bucket `to`) to `to`, then clear it from slot `i` of `from` and
+    /// put `then` (a new key's entry) there if given, in one odd window over both.
+    fn move_entry(&self, from: u64, i: u32, to: u64, bits: u64, then: Option<u64>) {
+        let (lf, lt) = (self.t.read(from), self.t.read(to));
+        let (mut ef, mut et) = (Edit::of(&lf), Edit::of(&lt));
+        self.t.put(&mut et, bits, self.t.empties(&lt));
+        match then {
+            // On the same side of the count: straight into the slot.
+            Some(x) if (i < count(&lf)) == (x >> 16 & 1 == 0) => self.t.set(&mut ef, i, x),
+            Some(x) => {
+                let freed = self.t.take(&mut ef, i);
+                self.t.put(&mut ef, x, self.t.empties(&lf) | 1 << freed);
+            }
+            None => {
+                let _ = self.t.take(&mut ef, i);
+            }
         }
+        self.window(from, to, || {
+            self.commit(to, &et);
+            self.commit(from, &ef);
+        });
     }
 }
 
@@ -1445,7 +1582,7 @@ mod tests {
     }
 
     #[test]
-    fn slot_writes_touch_only_their_fields_and_flags_read_back() {
+    fn slot_writes_touch_only_their_fields_and_sides_read_back() {
         // Small tables have long high fields (some run across a word boundary), large ones
         // short ones.
         for cap in [40, 3_000, 200_000] {
@@ -1456,25 +1593,59 @@ mod tests {
             for round in 0..200 {
                 x = fp_hash::splitmix64(x);
                 let i = (x % g.slots as u64) as u32;
-                // q << 17 | flag << 16 | lane: an empty lane now and then.
+                // q << 17 | lane: an empty lane now and then.
                 let q = (x >> 20) & ((1 << g.qbits) - 1);
                 let lane = if round % 5 == 0 { 0 } else { x >> 4 & 0xffff };
-                let slot = q << 17 | (x >> 3 & 1) << 16 | lane;
-                w.store(1, i, slot);
-                want[i as usize] = slot;
+                let h = (x >> 50) as u32 % (g.slots + 1);
+                let mut e = Edit::of(&w.t.read(1));
+                w.t.set(&mut e, i, q << 17 | lane);
+                e.set_count(h);
+                w.window(1, 1, || w.commit(1, &e));
+                want[i as usize] = q << 17 | lane;
                 let line = w.t.read(1);
+                assert_eq!(count(&line), h);
                 let mut away = 0;
                 for j in 0..g.slots {
-                    let s = want[j as usize];
+                    let s = want[j as usize] | ((j >= h) as u64) << 16;
                     assert_eq!(w.t.slot(&line, j), s, "capacity {cap} slot {j}");
-                    away |= ((s & 0xffff != 0 && s >> 16 & 1 != 0) as u32) << j;
+                    away |= ((s & 0xffff != 0 && j >= h) as u32) << j;
                 }
                 assert_eq!(w.t.away(&line), away, "capacity {cap}");
+                assert_eq!(w.t.home(&line), (1 << h) - 1, "capacity {cap}");
                 assert_eq!(
                     w.t.read(0),
                     [0; BUCKET_WORDS + 1],
                     "a neighbour line changed"
                 );
+            }
+        }
+    }
+
+    /// Every bucket keeps its entries at home in its first slots, each of them in its first
+    /// bucket, and the others in their second.
+    fn assert_sides(w: &QuotientWriter) {
+        let t = &w.t;
+        for b in 0..t.g.n {
+            let line = t.read(b);
+            let home = t.home(&line);
+            assert_eq!(
+                home & t.empties(&line),
+                0,
+                "bucket {b}: a gap among entries at home"
+            );
+            for i in Bits(t.g.slot_mask & !t.empties(&line)) {
+                let s = t.slot(&line, i);
+                let (other, _) = w.other(b, s);
+                // The key, from the slot and its side, has this bucket and `other` as its two.
+                let (b1, b2) = if home >> i & 1 != 0 {
+                    (b, other)
+                } else {
+                    (other, b)
+                };
+                let q = s >> 17;
+                let key = unmix48(t.g.join(q, b1)) ^ (t.seed & MASK48);
+                let p = t.probe(key).unwrap();
+                assert_eq!((p.b1, p.b2, p.tag >> 1), (b1, b2, q), "bucket {b} slot {i}");
             }
         }
     }
@@ -1525,15 +1696,16 @@ mod tests {
         let at = |cap: usize| Geometry::for_capacity(cap, 0.95, 16);
         let (small, mid, big, huge) = (at(1 << 20), at(64 << 20), at(256 << 20), at(1 << 30));
         assert_eq!(small.slots, 10);
-        assert_eq!((mid.slots, mid.width), (11, 43));
+        // 26-bit quotients: 12 slots of 42 bits, 504 of the 507 beside the count.
+        assert_eq!((mid.slots, mid.width), (12, 42));
         assert_eq!(big.slots, 12);
-        assert_eq!((huge.slots, huge.width), (13, 39));
+        assert_eq!((huge.slots, huge.width), (13, 38));
         for g in [small, mid, big, huge] {
-            assert!(g.slots * g.width <= BUCKET_BITS);
+            assert!(g.slots * g.width <= SLOT_BITS);
         }
         // Bytes per entry at 95 % load.
         let per = |g: Geometry, cap: usize| g.n as f64 * 64.0 / cap as f64;
-        assert!(per(mid, 64 << 20) <= 6.5, "{}", per(mid, 64 << 20));
+        assert!(per(mid, 64 << 20) <= 5.7, "{}", per(mid, 64 << 20));
         assert!(per(huge, 1 << 30) <= 5.5, "{}", per(huge, 1 << 30));
     }
 
@@ -1695,6 +1867,7 @@ mod tests {
         assert_eq!(first + second, cap);
         let share = second as f64 / cap as f64;
         assert!((0.105..0.111).contains(&share), "{share}");
+        assert_sides(&w);
         // Churn at that load: remove a random key, insert a new one, for half the table; every
         // key stays findable with its value (trades and cuckoo moves alike keep what they move).
         // Without trades the second-bucket share climbs to about 31 % here, with them to 16 %.
@@ -1717,6 +1890,7 @@ mod tests {
         }
         let (first, second) = w.placement();
         assert_eq!(first + second, cap);
+        assert_sides(&w);
         // Removals leave room in buckets whose keys live away; the trades bring some home.
         let share = second as f64 / cap as f64;
         assert!(share < 0.2, "{share}");

@@ -10,7 +10,7 @@
 
 use fp_cuckoo::{Config, QuotientMap, QuotientReader, QuotientWriter};
 
-/// Three buckets of 8 slots (tiny tables have long quotients: 64-bit slots), distinct counters
+/// Three buckets of 8 slots (tiny tables have long quotients: 63-bit slots), distinct counters
 /// (STRIPES is 8 under loom). Buckets 0 and 1 are full; `moved` (in bucket 0, slot 0) has bucket 2
 /// as its other bucket; inserting `new` (buckets 0 and 1) moves it there.
 struct Setup {
