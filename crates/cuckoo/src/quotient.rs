@@ -1180,22 +1180,19 @@ impl QuotientWriter {
         let [e1, e2] = lines.map(|l| self.t.empties(&l));
         // Neither a failed trade nor a send-away that found no room moved anything: the lines
         // read are current.
-        let placed = e1 != 0 && {
+        if e1 != 0 {
             self.add(p.b1, &lines[0], e1, entry(0));
-            true
-        };
-        let placed = placed
-            || self.trade(p.b1, &lines[0], entry(0))
-            || self.send_away(p.b1, &lines[0], e2, entry(0));
-        if !placed {
-            if e2 != 0 {
-                self.add(p.b2, &lines[1], e2, entry(1));
-            } else {
-                let to = self.make_room(&p).ok_or(InsertError::Full)?;
-                let line = self.t.read(to);
-                let empty = self.t.empties(&line);
-                self.add(to, &line, empty, entry((to != p.b1) as u64));
-            }
+        } else if self.trade(p.b1, &lines[0], entry(0))
+            || self.send_away(p.b1, &lines[0], e2, entry(0))
+        {
+            // The new key took the room made in its first bucket.
+        } else if e2 != 0 {
+            self.add(p.b2, &lines[1], e2, entry(1));
+        } else {
+            let to = self.make_room(&p).ok_or(InsertError::Full)?;
+            let line = self.t.read(to);
+            let empty = self.t.empties(&line);
+            self.add(to, &line, empty, entry((to != p.b1) as u64));
         }
         self.t.counts.len.fetch_add(1, Ordering::Relaxed);
         Ok(None)
@@ -1218,9 +1215,9 @@ impl QuotientWriter {
     pub fn remove(&mut self, key: u64) -> Option<u16> {
         let p = self.t.probe(key)?;
         let (b, i, raw) = self.find(&p)?;
-        let mut e = Edit::of(&self.t.read(b));
-        let _ = self.t.take(&mut e, i);
-        self.window(b, b, || self.commit(b, &e));
+        self.change(b, &self.t.read(b), |e| {
+            let _ = self.t.take(e, i);
+        });
         self.t.counts.len.fetch_sub(1, Ordering::Relaxed);
         Some(self.value_of(raw))
     }
@@ -1268,17 +1265,22 @@ impl QuotientWriter {
     /// Overwrite slot `i` of bucket `b` with `bits` (its quotient and value lane: a value updated
     /// in place).
     fn write(&self, b: u64, i: u32, bits: u64) {
-        let mut e = Edit::of(&self.t.read(b));
-        self.t.set(&mut e, i, bits);
-        self.window(b, b, || self.commit(b, &e));
+        self.change(b, &self.t.read(b), |e| self.t.set(e, i, bits));
     }
 
     /// Add entry `bits` to bucket `b`, which has an empty slot ([`QTable::put`]), whose line
     /// is `line` as read, with empty slots `empty`.
     #[inline(always)]
     fn add(&self, b: u64, line: &Line, empty: u32, bits: u64) {
+        self.change(b, line, |e| self.t.put(e, bits, empty));
+    }
+
+    /// Change bucket `b` (whose line is `line` as read) by `f` on a copy, then store the words
+    /// it changed inside the bucket's odd window.
+    #[inline(always)]
+    fn change(&self, b: u64, line: &Line, f: impl FnOnce(&mut Edit)) {
         let mut e = Edit::of(line);
-        self.t.put(&mut e, bits, empty);
+        f(&mut e);
         self.window(b, b, || self.commit(b, &e));
     }
 
