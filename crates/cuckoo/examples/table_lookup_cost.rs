@@ -131,9 +131,12 @@ fn quotient(mode: &str, n: u64, batch: usize, keys: &[u64], key: impl Fn(u64) ->
     }
     let (first, second) = w.placement();
     println!(
-        "quotient {mode}: {} lookups, {hits} hits, {:.1} % of entries in second buckets",
+        "quotient {mode}: {} lookups, {hits} hits, {:.2} % of entries in second buckets \
+         ({} slots per bucket, {:.1} % load)",
         if mode == "build" { 0 } else { keys.len() },
-        100.0 * second as f64 / (first + second).max(1) as f64
+        100.0 * second as f64 / (first + second).max(1) as f64,
+        w.stats().slots_per_bucket,
+        100.0 * w.stats().load()
     );
 }
 

@@ -66,6 +66,8 @@ use crate::{Config, InsertError};
 const BUCKET_WORDS: usize = 8;
 /// Bits per bucket.
 const BUCKET_BITS: u32 = 512;
+/// Bytes per bucket.
+const BUCKET_BYTES: u32 = BUCKET_BITS / 8;
 /// Bits of the count of entries at home, at the top of a bucket's last word.
 const COUNT_BITS: u32 = 5;
 /// Where the count starts in a bucket's last word.
@@ -157,8 +159,9 @@ struct Geometry {
     xmask: u64,
     /// `48 + vbits` (at most 63): where a key's bits above 48 go in its tag.
     xshift: u32,
-    /// Per slot, where a lookup reads it: the word and bit of its high field, the word and
-    /// bit of its value lane (worked out once, so a lookup does no arithmetic on offsets).
+    /// Per slot, where a lookup reads it: the byte that starts an eight-byte window holding its
+    /// high field and the field's bit in it, the byte of its value lane (worked out once, so a
+    /// lookup does no arithmetic on offsets).
     at: [[u8; 4]; QUOTIENT_MAX_SLOTS as usize],
 }
 
@@ -204,7 +207,12 @@ impl Geometry {
         };
         g.at = std::array::from_fn(|i| {
             let (_, val, hi) = g.fields(i as u32);
-            [hi / 64, hi % 64, val / 64, val % 64].map(|x| x as u8)
+            // The eight bytes from `hb` hold the whole high field (it ends by bit 507, and
+            // at most 31 bits wide it fits from bit 7 of a window or from the line's byte 56).
+            let hb = (hi / 8).min(BUCKET_BYTES - 8);
+            let used = i < g.slots as usize && g.slots * g.width <= SLOT_BITS;
+            assert!(!used || hi - 8 * hb + g.hbits <= 64 && val.is_multiple_of(16));
+            [hb, hi - 8 * hb, val / 8, 0].map(|x| x as u8)
         });
         g
     }
@@ -286,6 +294,112 @@ fn lanes_equal<const HALVES: usize>(line: &[u64], v: u16) -> u32 {
         }
     }
     m
+}
+
+/// [`lanes_equal`] over the first half of a bucket as it is in the table: bit `j` set where 16-bit
+/// lane `j` (0..16) of the line's first four words equals `v`. On x86_64 the half line is read
+/// with two 16-byte loads straight into vector registers, where four word loads and their moves
+/// would take ten instructions (an eighth of a lookup's; docs/quotient.md).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[inline(always)]
+fn low_lanes_equal(words: &[AtomicU64; BUCKET_WORDS], v: u16) -> u32 {
+    use core::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi16, _mm_movemask_epi8, _mm_packs_epi16, _mm_set1_epi16,
+    };
+    let p = words.as_ptr().cast::<u8>();
+    let (a, b): (__m128i, __m128i);
+    // SAFETY: `p` points at a live bucket of eight words, so its first 32 bytes are in bounds.
+    // The loads are in inline assembly, opaque to the compiler: they read whatever the memory
+    // holds, like the atomic loads they replace, and may see a half of the line the writer is
+    // changing; the lookup's version check (a counter odd or changed across the read) discards
+    // such a result, as it does a torn read through the atomics. The lane compares touch
+    // registers only, and SSE2 is part of the x86_64 baseline.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::arch::asm!(
+            "movdqu {a}, xmmword ptr [{p}]",
+            "movdqu {b}, xmmword ptr [{p} + 16]",
+            p = in(reg) p,
+            a = out(xmm_reg) a,
+            b = out(xmm_reg) b,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        let q = _mm_set1_epi16(v as i16);
+        let m = _mm_packs_epi16(_mm_cmpeq_epi16(a, q), _mm_cmpeq_epi16(b, q));
+        _mm_movemask_epi8(m) as u32
+    }
+}
+
+/// [`low_lanes_equal`] through the atomics (under loom, and off x86_64).
+#[cfg(not(all(target_arch = "x86_64", not(loom))))]
+#[inline(always)]
+fn low_lanes_equal(words: &[AtomicU64; BUCKET_WORDS], v: u16) -> u32 {
+    let low = [0, 1, 2, 3].map(|k| words[k].load(Ordering::Relaxed));
+    lanes_equal::<1>(&low, v)
+}
+
+/// The eight bytes of a bucket from byte `at` (at most 56) as a little-endian word: one load on
+/// x86_64, where a field that straddles two words would take two and a double shift.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[inline(always)]
+fn line_u64_at(words: &[AtomicU64; BUCKET_WORDS], at: u32) -> u64 {
+    debug_assert!(at <= BUCKET_BYTES - 8);
+    let p = words.as_ptr().cast::<u8>();
+    let x: u64;
+    // SAFETY: `at` ≤ 56 (`Geometry::at`), so the eight bytes lie in the live bucket `p` points
+    // at; x86_64 allows the load unaligned. Inline assembly reads the memory as it is, like an
+    // atomic load: a word the writer is changing gives some value the version check discards.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::arch::asm!(
+            "mov {x}, qword ptr [{p} + {o}]",
+            p = in(reg) p,
+            o = in(reg) at as usize,
+            x = out(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    x
+}
+
+/// [`line_u64_at`] through the atomics: the window from the one or two words it spans.
+#[cfg(not(all(target_arch = "x86_64", not(loom))))]
+#[inline(always)]
+fn line_u64_at(words: &[AtomicU64; BUCKET_WORDS], at: u32) -> u64 {
+    let (w, sh) = ((at / 8) as usize, 8 * (at % 8));
+    let lo = words[w].load(Ordering::Relaxed) >> sh;
+    match words.get(w + 1) {
+        Some(next) if sh != 0 => lo | next.load(Ordering::Relaxed) << (64 - sh),
+        _ => lo,
+    }
+}
+
+/// The 16-bit lane of a bucket at byte `at` (even).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[inline(always)]
+fn line_u16_at(words: &[AtomicU64; BUCKET_WORDS], at: u32) -> u64 {
+    debug_assert!(at <= BUCKET_BYTES - 2 && at.is_multiple_of(2));
+    let p = words.as_ptr().cast::<u8>();
+    let x: u32;
+    // SAFETY: as in `line_u64_at`: two aligned bytes inside the live bucket.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::arch::asm!(
+            "movzx {x:e}, word ptr [{p} + {o}]",
+            p = in(reg) p,
+            o = in(reg) at as usize,
+            x = out(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    x as u64
+}
+
+/// [`line_u16_at`] through the atomics.
+#[cfg(not(all(target_arch = "x86_64", not(loom))))]
+#[inline(always)]
+fn line_u16_at(words: &[AtomicU64; BUCKET_WORDS], at: u32) -> u64 {
+    words[(at / 8) as usize].load(Ordering::Relaxed) >> (8 * (at % 8)) & 0xffff
 }
 
 /// Portable [`lanes_equal`]: four lanes per word by an exact zero-lane test on the xor.
@@ -455,10 +569,9 @@ impl<'a> View<'a> {
         let g = &self.g;
         let words = self.line(b);
         let w = |k: u32| words[(k % BUCKET_WORDS as u32) as usize].load(Ordering::Relaxed);
-        let low = [w(0), w(1), w(2), w(3)];
+        let lanes = low_lanes_equal(words, (want >> 1) as u16);
         // The slots of the entries at home in a first bucket, the others in a second.
         let h = (w(7) >> COUNT_SHIFT) as u32;
-        let lanes = lanes_equal::<1>(&low, (want >> 1) as u16);
         let mut cand = if SECOND {
             (lanes & g.slot_mask) >> h << h
         } else {
@@ -476,13 +589,9 @@ impl<'a> View<'a> {
         while cand != 0 {
             let i = cand.trailing_zeros();
             cand &= cand - 1;
-            let [hw, sh, vw, vs] = g.at[i as usize % QUOTIENT_MAX_SLOTS as usize].map(u32::from);
-            // The high field may run into the next word; in the line's last word it cannot, and
-            // whatever the word read as "next" (the first) holds lands above the field's width.
-            let next = (hw + 1) % BUCKET_WORDS as u32;
-            let two = w(hw) >> sh | (w(next) << 1) << (63 - sh);
-            if two & g.hmask == want_hi {
-                let v = w(vw) >> vs & 0xffff;
+            let [hb, sh, vb, _] = g.at[i as usize % QUOTIENT_MAX_SLOTS as usize].map(u32::from);
+            if line_u64_at(words, hb) >> sh & g.hmask == want_hi {
+                let v = line_u16_at(words, vb);
                 if !WIDE {
                     got |= v;
                 } else if v & g.xmask == want_x {
@@ -911,9 +1020,15 @@ impl Lanes {
         }
         let t = table.view();
         fence(Ordering::Acquire);
+        // Which keys' counters moved is worked out only when one did (rare): the common case
+        // is one xor and one or per key.
+        let now = |b1: u64| t.version(b1).load(Ordering::Relaxed);
+        let firsts = self.b1[..self.n].iter().zip(&self.vers);
         let mut bad = 0u64;
-        for (i, (&b1, &v1)) in self.b1[..self.n].iter().zip(&self.vers).enumerate() {
-            bad |= ((t.version(b1).load(Ordering::Relaxed) != v1) as u64) << i;
+        if firsts.clone().fold(0, |d, (&b1, &v1)| d | (now(b1) ^ v1)) != 0 {
+            for (i, (&b1, &v1)) in firsts.enumerate() {
+                bad |= ((now(b1) != v1) as u64) << i;
+            }
         }
         self.bad = bad;
     }
@@ -1556,6 +1671,32 @@ mod tests {
                 assert_eq!(lanes_equal_swar::<2>(&line, v), plain);
                 assert_eq!(lanes_equal::<1>(&line, v), plain & 0xffff);
                 assert_eq!(lanes_equal_swar::<1>(&line, v), plain & 0xffff);
+            }
+        }
+    }
+
+    #[test]
+    fn loads_from_the_table_agree_with_its_words() {
+        let mut x = 7u64;
+        for _ in 0..2_000 {
+            let mut line: Line = [0; BUCKET_WORDS + 1];
+            for w in line.iter_mut().take(BUCKET_WORDS) {
+                x = fp_hash::splitmix64(x);
+                *w = x;
+            }
+            let words: [AtomicU64; BUCKET_WORDS] = std::array::from_fn(|k| AtomicU64::new(line[k]));
+            for at in 0..=BUCKET_BYTES - 8 {
+                assert_eq!(
+                    line_u64_at(&words, at),
+                    bits(&line, 8 * at, 64),
+                    "byte {at}"
+                );
+            }
+            for at in (0..BUCKET_BYTES).step_by(2) {
+                assert_eq!(line_u16_at(&words, at), lane(&line, 8 * at), "byte {at}");
+            }
+            for v in [line[0] as u16, line[3] as u16, 0, 0xffff] {
+                assert_eq!(low_lanes_equal(&words, v), lanes_equal_swar::<1>(&line, v));
             }
         }
     }
