@@ -43,8 +43,8 @@
 //! 64-byte buckets of 10 to 13 slots (more in larger tables, whose quotients are shorter): at
 //! 95 % load an entry costs `64 / (0.95 · slots)` bytes, and a successful lookup reads one line
 //! for most keys (see `quotient.rs`; the same protocol, its own implementation). Its lookups
-//! cost more instructions than the compact layout's and read fewer lines (`flowplane-bench fib
-//! --cases quotient` compares them). [`FibMap`] builds either layout behind one handle
+//! read fewer lines than the compact layout's, and for 48-bit keys execute fewer instructions
+//! (more for keys wider than 48 bits; `flowplane-bench fib --cases quotient` compares them). [`FibMap`] builds either layout behind one handle
 //! ([`FibReader`], [`FibWriter`]), chosen by size with [`FibLayout::auto`]: the switch and the
 //! cluster node use it.
 //!

@@ -18,10 +18,14 @@
 //! ```
 //!
 //! A lookup compares the probe's low 16 quotient bits with every slot's at once (SSE2: two
-//! 8-lane compares, a pack and a mask; elsewhere a zero-lane test, four lanes per word), and
-//! checks the rest of the quotient only for the slots that match there (about one in 65 536 that
-//! do not hold the key), among the slots `0..h` in a key's first bucket and `h..S` in its
-//! second. docs/quotient.md has the measurements.
+//! 16-byte loads, two 8-lane compares, a pack and a mask; elsewhere a zero-lane test, four lanes
+//! per word), and checks the rest of the quotient only for the slots that match there (about one
+//! in 65 536 that do not hold the key), among the slots `0..h` in a key's first bucket and `h..S`
+//! in its second: on x86_64 one unaligned 8-byte load brings a slot's high field however it
+//! straddles the line's words, and one 2-byte load its value. Those loads are inline assembly
+//! (they read what the memory holds, like the atomic loads used elsewhere and under loom; a read
+//! torn by the writer is caught by the version counters like any other). docs/quotient.md has the
+//! measurements.
 //!
 //! Which of its two buckets an entry is in is its slot's side of `h`, not a bit of the slot: the
 //! writer keeps a bucket's entries at home in its first `h` slots (an entry that leaves fills its
