@@ -44,9 +44,9 @@
 //! 95 % load an entry costs `64 / (0.95 · slots)` bytes, and a successful lookup reads one line
 //! for most keys (see `quotient.rs`; the same protocol, its own implementation). Its lookups
 //! read fewer lines than the compact layout's, and for 48-bit keys execute fewer instructions
-//! (more for keys wider than 48 bits; `flowplane-bench fib --cases quotient` compares them). [`FibMap`] builds either layout behind one handle
-//! ([`FibReader`], [`FibWriter`]), chosen by size with [`FibLayout::auto`]: the switch and the
-//! cluster node use it.
+//! (more for keys wider than 48 bits; `flowplane-bench fib --cases quotient` compares them).
+//! [`FibMap`] builds either layout behind one handle ([`FibReader`], [`FibWriter`]), chosen by
+//! size with [`FibLayout::auto`]: the switch and the cluster node use it.
 //!
 //! ```
 //! use fp_cuckoo::{Config, QuotientMap};
